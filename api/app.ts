@@ -1,0 +1,32 @@
+import crypto from 'node:crypto';
+import express from 'express';
+import pinoHttp from 'pino-http';
+import type { ApiContext } from './context';
+import { mountRoutes } from './http/route';
+import { errorHandler, unknownRoute } from './http/errorHandler';
+import { routes } from './routes';
+
+/** The express app: request ids and logs, metrics, every route, then the error contract. */
+export function createApp(api: ApiContext, metricsMiddleware: express.RequestHandler): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('query parser', 'extended');
+  app.use(
+    pinoHttp({
+      logger: api.log,
+      genReqId: (req, res) => {
+        const id = crypto.randomUUID();
+        res.setHeader('X-Request-Id', id);
+        return id;
+      },
+      // Never log secrets: the Authorization header stays out of request logs.
+      serializers: { req: (req) => ({ id: req.id, method: req.method, url: req.url }) },
+      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'warn' : 'info'),
+    }),
+  );
+  app.use(metricsMiddleware);
+  app.use(mountRoutes(api, routes));
+  app.use(unknownRoute);
+  app.use(errorHandler);
+  return app;
+}

@@ -1,0 +1,55 @@
+import parse from 'joi-to-json';
+import type Joi from 'joi';
+import type { RouteDef } from './route';
+import { COMMON_ERRORS, errorBody } from './schemas';
+
+const toSchema = (s: Joi.Schema) => parse(s, 'open-api-3.1') as Record<string, unknown>;
+
+function parameters(def: RouteDef) {
+  const out: unknown[] = [];
+  for (const [where, schema] of [['path', def.params], ['query', def.query]] as const) {
+    if (!schema) continue;
+    const json = toSchema(schema) as { properties?: Record<string, unknown>; required?: string[] };
+    for (const [name, s] of Object.entries(json.properties ?? {})) {
+      out.push({ name, in: where, required: where === 'path' || (json.required ?? []).includes(name), schema: s });
+    }
+  }
+  return out;
+}
+
+/** The OpenAPI 3.1 document, made from the same route definitions the server mounts. */
+export function buildOpenApi(routes: RouteDef[], version: string) {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const def of routes) {
+    const responses: Record<string, unknown> = {};
+    for (const [status, doc] of Object.entries(def.responses)) {
+      responses[status] = doc.schema
+        ? { description: doc.description, content: { 'application/json': { schema: toSchema(doc.schema) } } }
+        : { description: doc.description };
+    }
+    for (const [status, code] of Object.entries(COMMON_ERRORS)) {
+      if (def.access === 'public' && status === '401') continue;
+      responses[status] ??= { description: code, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+    }
+    paths[def.path] ??= {};
+    paths[def.path][def.method] = {
+      summary: def.summary,
+      tags: [def.tag],
+      operationId: `${def.method}${def.path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
+      security: def.access === 'public' ? [] : [{ bearer: [] }],
+      parameters: parameters(def),
+      ...(def.body ? { requestBody: { required: true, content: { 'application/json': { schema: toSchema(def.body) } } } } : {}),
+      ...(def.rawBody ? { requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } } } : {}),
+      responses,
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'boxhost API', version },
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      schemas: { Error: toSchema(errorBody) },
+    },
+    paths,
+  };
+}

@@ -1,0 +1,126 @@
+import express, { NextFunction, Request, Response, Router } from 'express';
+import Joi from 'joi';
+import type { ApiContext, Identity } from '../context';
+import { authenticate } from '../services/tokens';
+import { ApiError, forbidden, invalid, unauthenticated } from './errors';
+
+export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+
+/** Who may call a route: nobody needs a token (`public`), any valid token (`token`), or a
+ *  token that is not limited to projects (`admin`). */
+export type Access = 'public' | 'token' | 'admin';
+
+export interface Reply {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface RouteContext<B = any, Q = any, P = any> {
+  req: Request;
+  res: Response;
+  body: B;
+  query: Q;
+  params: P;
+  /** Set on every route whose access is not `public`. */
+  identity: Identity;
+  api: ApiContext;
+}
+
+export interface ResponseDoc {
+  description: string;
+  schema?: Joi.Schema;
+}
+
+/**
+ * One route: its schemas (validation and the OpenAPI entry come from them), who may call it,
+ * and a thin handler. `path` is written the OpenAPI way (`/v1/tokens/{id}`).
+ */
+export interface RouteDef<B = any, Q = any, P = any> {
+  method: Method;
+  path: string;
+  summary: string;
+  tag: string;
+  access?: Access;
+  params?: Joi.ObjectSchema<P>;
+  query?: Joi.ObjectSchema<Q>;
+  body?: Joi.Schema<B>;
+  /** JSON body limit (default 1 MiB). */
+  bodyLimit?: string;
+  /** The route reads the raw request stream itself (no JSON parsing). */
+  rawBody?: boolean;
+  responses: Record<number, ResponseDoc>;
+  handler(ctx: RouteContext<B, Q, P>): Promise<Reply | void>;
+}
+
+export const defineRoute = <B = any, Q = any, P = any>(def: RouteDef<B, Q, P>): RouteDef<B, Q, P> => def;
+
+export const expressPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
+
+/** Joi failures become 400 with one `{field, issue}` per failed field. */
+export function validate<T>(schema: Joi.Schema<T> | undefined, value: unknown, where: string): T {
+  if (!schema) return value as T;
+  const { value: out, error } = schema.validate(value, { abortEarly: false, convert: true });
+  if (error) {
+    const details = error.details.map((d) => ({
+      field: d.path.length ? d.path.join('.') : where,
+      issue: d.message.replace(/^"[^"]*" /, ''),
+    }));
+    throw invalid(`invalid ${where}: ${details.map((d) => `${d.field} ${d.issue}`).join('; ')}`, details);
+  }
+  return out as T;
+}
+
+function bearer(req: Request): string | undefined {
+  const h = req.headers.authorization;
+  if (!h) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
+  return m ? m[1] : undefined;
+}
+
+export async function identify(api: ApiContext, req: Request): Promise<Identity> {
+  const secret = bearer(req);
+  if (!secret) throw unauthenticated();
+  const identity = await authenticate(api.db, api.adminTokenHash, secret);
+  if (!identity) throw unauthenticated('the bearer token is unknown, revoked or expired');
+  return identity;
+}
+
+/** Mounts every route on a router: body parsing, auth, validation, then the handler's reply. */
+export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
+  const router = express.Router();
+  for (const def of routes) {
+    const handlers: express.RequestHandler[] = [];
+    if (!def.rawBody && def.method !== 'get' && def.method !== 'delete') {
+      handlers.push(express.json({ limit: def.bodyLimit ?? '1mb', strict: false }));
+    }
+    handlers.push(async (req: Request, res: Response, next: NextFunction) => {
+      try {
+        let identity = undefined as unknown as Identity;
+        if ((def.access ?? 'token') !== 'public') {
+          identity = await identify(api, req);
+          res.locals.identity = identity;
+          if (def.access === 'admin' && identity.projects !== null) {
+            throw forbidden('this route needs a token that is not limited to projects');
+          }
+        }
+        const params = validate(def.params, req.params, 'path');
+        const query = validate(def.query, { ...(req.query as object) }, 'query');
+        const rawBody = req.body === undefined && def.body ? {} : req.body;
+        const body = def.rawBody ? undefined : validate(def.body, rawBody, 'body');
+        const reply = await def.handler({ req, res, body, query, params, identity, api });
+        if (res.headersSent || !reply) return;
+        for (const [k, v] of Object.entries(reply.headers ?? {})) res.setHeader(k, v);
+        const status = reply.status ?? 200;
+        if (reply.body === undefined || status === 204) res.status(status).end();
+        else res.status(status).json(reply.body);
+      } catch (e) {
+        next(e);
+      }
+    });
+    router[def.method](expressPath(def.path), ...handlers);
+  }
+  return router;
+}
+
+export { ApiError };

@@ -1,0 +1,20 @@
+import Joi from 'joi';
+import { defineRoute } from '../../http/route';
+import { name } from '../../http/schemas';
+import { createToken, CreateTokenRequest } from '../../services/tokens';
+import { tokenSchema } from './schemas';
+
+export default defineRoute<CreateTokenRequest>({
+  method: 'post',
+  path: '/v1/tokens',
+  summary: 'Create an API token (the secret is shown only in this answer)',
+  tag: 'tokens',
+  access: 'admin',
+  body: Joi.object({
+    name: name().required(),
+    projects: Joi.array().items(name()).min(1).unique().allow(null),
+    expires_in: Joi.number().integer().min(1).max(10 * 365 * 24 * 3600).allow(null).description('seconds'),
+  }),
+  responses: { 201: { description: 'created', schema: tokenSchema.keys({ token: Joi.string().required() }) } },
+  handler: async ({ api, body, identity }) => ({ status: 201, body: await createToken(api.db, identity, body) }),
+});

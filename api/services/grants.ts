@@ -1,0 +1,48 @@
+import type { Db } from '../../db/knex';
+import { Grant, grantsRepo, toGrant } from '../../db/repos/grants';
+import { now } from '../../core/ids';
+import { conflict, notFound } from '../http/errors';
+
+export interface GrantInput {
+  name: string;
+  permissions: Record<string, string>;
+  repositories: string[];
+}
+
+const isUniqueViolation = (e: any) => e?.code === 'SQLITE_CONSTRAINT' || e?.code === '23505' || /UNIQUE constraint/.test(e?.message ?? '');
+
+export async function createGrant(db: Db, input: GrantInput): Promise<Grant> {
+  const at = now();
+  const grant: Grant = { ...input, created_at: at, updated_at: at };
+  try {
+    await grantsRepo.insert(db, grant);
+  } catch (e) {
+    if (isUniqueViolation(e)) throw conflict(`grant ${input.name} already exists`);
+    throw e;
+  }
+  return grant;
+}
+
+export async function getGrant(db: Db, name: string): Promise<Grant> {
+  const row = await grantsRepo.get(db, name);
+  if (!row) throw notFound(`grant ${name}`);
+  return toGrant(row);
+}
+
+export const listGrants = async (db: Db) => (await grantsRepo.list(db)).map(toGrant);
+
+/** PUT replaces the fields given; absent fields stay. */
+export async function updateGrant(db: Db, name: string, patch: Partial<Omit<GrantInput, 'name'>>): Promise<Grant> {
+  return db.transaction(async (trx) => {
+    const current = await getGrant(trx, name);
+    const next: Grant = { ...current, ...patch, updated_at: now() };
+    await grantsRepo.update(trx, next);
+    return next;
+  });
+}
+
+export async function deleteGrant(db: Db, name: string): Promise<void> {
+  if (!(await grantsRepo.remove(db, name))) throw notFound(`grant ${name}`);
+}
+
+export { isUniqueViolation };

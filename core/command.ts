@@ -1,0 +1,56 @@
+import { spawn } from 'node:child_process';
+
+/** A host tool (zfs, runc, ip, iptables, a CNI plugin) that exited non-zero. */
+export class CommandError extends Error {
+  constructor(
+    readonly argv: string[],
+    readonly exitCode: number | null,
+    readonly stdout: string,
+    readonly stderr: string,
+  ) {
+    super(`${argv.join(' ')} exited ${exitCode}: ${(stderr || stdout).trim().slice(0, 2000)}`);
+  }
+}
+
+export interface RunOptions {
+  input?: string | Buffer;
+  env?: NodeJS.ProcessEnv;
+  timeoutMs?: number;
+  /** Answer instead of throwing on a non-zero exit. */
+  allowFailure?: boolean;
+}
+
+export interface RunResult {
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a host command without a shell and collects its output. */
+export function run(argv: string[], opts: RunOptions = {}): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0], argv.slice(1), {
+      env: opts.env ?? process.env,
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout!.on('data', (b: Buffer) => out.push(b));
+    child.stderr!.on('data', (b: Buffer) => err.push(b));
+    let timer: NodeJS.Timeout | undefined;
+    if (opts.timeoutMs) timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
+    child.on('error', (e) => {
+      if (timer) clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (code) => {
+      if (timer) clearTimeout(timer);
+      const res = { exitCode: code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
+      if (code !== 0 && !opts.allowFailure) reject(new CommandError(argv, code, res.stdout, res.stderr));
+      else resolve(res);
+    });
+    if (opts.input !== undefined) child.stdin!.end(opts.input);
+  });
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

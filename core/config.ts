@@ -1,0 +1,105 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import Joi from 'joi';
+import dotenv from 'dotenv';
+
+/** Every setting of a host, read once from the environment (and `.env`). */
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  adminToken?: string;
+  databaseUrl?: string;
+  redisUrl?: string;
+  zfsPool?: string;
+  poolSizeGb: number;
+  publishDomain: string;
+  proxyPort: number;
+  region: string;
+  logLevel: string;
+  boxSubnet: string;
+  boxOutbound: boolean;
+  defaultBase: string;
+  oidc: { issuer?: string; clientId?: string; clientSecret?: string };
+  importLimitBytes: number;
+  nodeId: string;
+  workerConcurrency: number;
+  /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
+   *  and iptables chains of hosts that run side by side (tests) apart. */
+  hostTag: string;
+}
+
+const envSchema = Joi.object({
+  BOXHOST_PORT: Joi.number().integer().min(0).max(65535).default(8080),
+  BOXHOST_HOST: Joi.string().default('127.0.0.1'),
+  BOXHOST_DATA_DIR: Joi.string().default('./.boxhost'),
+  BOXHOST_ADMIN_TOKEN: Joi.string().min(16).optional(),
+  DATABASE_URL: Joi.string().uri({ scheme: ['postgres', 'postgresql', 'sqlite', 'file'] }).optional(),
+  REDIS_URL: Joi.string().uri({ scheme: ['redis', 'rediss', 'unix'] }).optional(),
+  BOXHOST_ZFS_POOL: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/).optional(),
+  BOXHOST_POOL_SIZE_GB: Joi.number().integer().min(1).max(100000).default(20),
+  BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().default('localhost'),
+  BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
+  BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
+  LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
+  BOXHOST_BOX_SUBNET: Joi.string().pattern(/^\d{1,3}\.\d{1,3}\.0\.0\/16$/).default('10.88.0.0/16')
+    .messages({ 'string.pattern.base': 'must be an IPv4 /16 such as 10.88.0.0/16' }),
+  BOXHOST_BOX_OUTBOUND: Joi.boolean().truthy('1').falsy('0').default(false),
+  BOXHOST_DEFAULT_BASE: Joi.string().default('busybox'),
+  BOXHOST_OIDC_ISSUER: Joi.string().uri().optional(),
+  BOXHOST_OIDC_CLIENT_ID: Joi.string().optional(),
+  BOXHOST_OIDC_CLIENT_SECRET: Joi.string().optional(),
+  BOXHOST_IMPORT_LIMIT_BYTES: Joi.number().integer().min(1).default(4 * 1024 ** 3),
+  BOXHOST_NODE_ID: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
+  BOXHOST_WORKER_CONCURRENCY: Joi.number().integer().min(1).max(64).default(8),
+}).unknown(true);
+
+export class ConfigError extends Error {}
+
+/** Reads and validates the environment. A bad value throws a ConfigError naming the variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = true } = {}): Config {
+  let source = env;
+  if (readDotenv) {
+    const parsed = dotenv.config({ processEnv: {}, quiet: true } as dotenv.DotenvConfigOptions).parsed ?? {};
+    source = { ...parsed, ...env };
+  }
+  // An empty variable means "unset", as in a shell `FOO= cmd`.
+  const cleaned = Object.fromEntries(Object.entries(source).filter(([, v]) => v !== ''));
+  const { value, error } = envSchema.validate(cleaned, { abortEarly: true, convert: true });
+  if (error) {
+    const d = error.details[0];
+    throw new ConfigError(`invalid ${String(d.path[0])}=${JSON.stringify(cleaned[String(d.path[0])])}: ${d.message.replace(/^"[^"]+" /, '')}`);
+  }
+  const dataDir = path.resolve(value.BOXHOST_DATA_DIR);
+  return {
+    port: value.BOXHOST_PORT,
+    host: value.BOXHOST_HOST,
+    dataDir,
+    adminToken: value.BOXHOST_ADMIN_TOKEN,
+    databaseUrl: value.DATABASE_URL,
+    redisUrl: value.REDIS_URL,
+    zfsPool: value.BOXHOST_ZFS_POOL,
+    poolSizeGb: value.BOXHOST_POOL_SIZE_GB,
+    publishDomain: value.BOXHOST_PUBLISH_DOMAIN,
+    proxyPort: value.BOXHOST_PROXY_PORT,
+    region: value.BOXHOST_REGION,
+    logLevel: value.LOG_LEVEL,
+    boxSubnet: value.BOXHOST_BOX_SUBNET,
+    boxOutbound: value.BOXHOST_BOX_OUTBOUND,
+    defaultBase: value.BOXHOST_DEFAULT_BASE,
+    oidc: {
+      issuer: value.BOXHOST_OIDC_ISSUER,
+      clientId: value.BOXHOST_OIDC_CLIENT_ID,
+      clientSecret: value.BOXHOST_OIDC_CLIENT_SECRET,
+    },
+    importLimitBytes: value.BOXHOST_IMPORT_LIMIT_BYTES,
+    nodeId: value.BOXHOST_NODE_ID,
+    workerConcurrency: value.BOXHOST_WORKER_CONCURRENCY,
+    hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
+  };
+}
+
+export function ensureDataDir(config: Config): void {
+  fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+}

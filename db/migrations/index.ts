@@ -1,0 +1,17 @@
+import type { Knex } from 'knex';
+import * as m001 from './001_backbone';
+import * as m002 from './002_boxes';
+
+type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
+
+const all: Record<string, Migration> = {
+  '001_backbone': m001,
+  '002_boxes': m002,
+};
+
+/** Migrations are compiled into the build, listed here in order (no directory scan). */
+export const migrations: Knex.MigrationSource<string> = {
+  getMigrations: async () => Object.keys(all),
+  getMigrationName: (name) => name,
+  getMigration: async (name) => all[name],
+};

@@ -1,0 +1,62 @@
+import type { Db } from '../knex';
+import { now } from '../../core/ids';
+
+export type OperationStatus = 'queued' | 'running' | 'succeeded' | 'failed';
+
+export interface OperationRow {
+  seq: number;
+  id: string;
+  kind: string;
+  status: OperationStatus;
+  resource: string;
+  box_id: string | null;
+  progress: number | null;
+  error: string | null;
+  payload: string;
+  created_by: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** GET /v1/operations/{id} */
+export interface Operation {
+  id: string;
+  kind: string;
+  status: OperationStatus;
+  resource: string;
+  progress: number | null;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export const toOperation = (r: OperationRow): Operation => ({
+  id: r.id,
+  kind: r.kind,
+  status: r.status,
+  resource: r.resource,
+  progress: r.progress,
+  error: r.error,
+  created_at: r.created_at,
+  updated_at: r.updated_at,
+});
+
+export const isFinished = (s: OperationStatus) => s === 'succeeded' || s === 'failed';
+
+export const operationsRepo = {
+  get: (db: Db, id: string) => db<OperationRow>('operations').where({ id }).first(),
+  insert: (db: Db, row: Omit<OperationRow, 'seq'>) => db<OperationRow>('operations').insert(row),
+  remove: (db: Db, id: string) => db<OperationRow>('operations').where({ id }).delete(),
+  update: (db: Db, id: string, patch: Partial<Pick<OperationRow, 'status' | 'progress' | 'error'>>) =>
+    db<OperationRow>('operations').where({ id }).update({ ...patch, updated_at: now() }),
+  /** An unfinished operation on the same box that arrived earlier: this one waits for it. */
+  earlierUnfinished: (db: Db, boxId: string, seq: number) =>
+    db<OperationRow>('operations')
+      .where({ box_id: boxId })
+      .andWhere('seq', '<', seq)
+      .whereIn('status', ['queued', 'running'])
+      .orderBy('seq')
+      .first(),
+  unfinishedForBox: (db: Db, boxId: string) =>
+    db<OperationRow>('operations').where({ box_id: boxId }).whereIn('status', ['queued', 'running']).orderBy('seq'),
+};

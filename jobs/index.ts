@@ -1,0 +1,4 @@
+import type { JobKind } from './types';
+
+/** Every job kind the worker runs. */
+export const jobKinds: JobKind[] = [];

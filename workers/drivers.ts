@@ -1,0 +1,137 @@
+/**
+ * The narrow interfaces between job handlers and the host. One file per backend implements
+ * each (workers/storage/zfs.ts, workers/runtime/runc.ts, workers/network/cni.ts). Every
+ * mutating method is idempotent: job handlers are retried after a worker dies mid-way, so
+ * "create what exists" and "destroy what is gone" must both succeed quietly.
+ */
+
+/** A base version as stored: `busybox` + `3f2a…`. */
+export interface BaseRef {
+  name: string;
+  version: string;
+}
+
+/** Where a new box root comes from. */
+export type RootSource =
+  | { kind: 'base'; base: BaseRef }
+  /** A fork: the source box's root at `snapshot` (a box snapshot name) or, when absent, as it is now. */
+  | { kind: 'box'; boxId: string; snapshot?: string };
+
+export interface StorageDriver {
+  /** Makes sure the pool exists (a loop-file pool in the data dir when none is configured),
+   *  and the layout datasets under it. */
+  init(): Promise<void>;
+  /** Throws when the pool is not usable. */
+  health(): Promise<void>;
+
+  hasBase(base: BaseRef): Promise<boolean>;
+  /** Creates a base dataset, lets `fill` write the root filesystem into the mounted directory,
+   *  then takes the immutable snapshot boxes are cloned from. Idempotent: a half-made base
+   *  (no snapshot yet) is destroyed and made again. */
+  createBase(base: BaseRef, fill: (dir: string) => Promise<void>): Promise<void>;
+  /** Destroys a base; throws if box roots still depend on it. */
+  destroyBase(base: BaseRef): Promise<void>;
+  baseSizeBytes(base: BaseRef): Promise<number>;
+
+  /** Clones a new box root from `source`, with `storageGb` as refquota; answers the mounted
+   *  directory. Idempotent (an existing root is kept). */
+  createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string>;
+  /** The mounted directory of a box root (need not exist). */
+  boxRootPath(boxId: string): string;
+  hasBoxRoot(boxId: string): Promise<boolean>;
+  /** Destroys a box root and its snapshots. Forks made from it keep working (their origin is
+   *  promoted away first). Idempotent. */
+  destroyBoxRoot(boxId: string): Promise<void>;
+  /** Ids of all box roots in the pool (for reconciliation). */
+  listBoxRoots(): Promise<string[]>;
+
+  snapshotBoxRoot(boxId: string, snapshot: string): Promise<void>;
+  destroyBoxSnapshot(boxId: string, snapshot: string): Promise<void>;
+  listBoxSnapshots(boxId: string): Promise<{ name: string; createdAt: string; sizeBytes: number }[]>;
+}
+
+export interface NetworkAttachment {
+  /** /run/netns/… path the container joins. */
+  netnsPath: string;
+  /** The box's IPv4 address on its project bridge. */
+  address: string;
+  gateway: string;
+}
+
+/** The project's own L2 segment: boxes on one bridge reach each other, never another bridge. */
+export interface ProjectNetwork {
+  /** Index 0…255 of the project's /24 inside BOXHOST_BOX_SUBNET; allocated by the db. */
+  index: number;
+}
+
+export interface NetworkDriver {
+  /** Host-wide set-up (firewall chains, sysctls). Idempotent. */
+  init(): Promise<void>;
+  /** Creates the box's netns and joins it to its project's bridge. Idempotent: an attached box
+   *  answers its existing attachment. */
+  attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment>;
+  /** Removes the box from the bridge and deletes its netns; frees its address. Idempotent. */
+  detach(boxId: string, net: ProjectNetwork): Promise<void>;
+  /** Box ids that have a netns on this host (for reconciliation). */
+  listAttached(): Promise<string[]>;
+}
+
+export interface ContainerSpec {
+  boxId: string;
+  hostname: string;
+  /** Mounted box root directory. */
+  rootfs: string;
+  netnsPath: string;
+  cpus: number;
+  ramMb: number;
+  /** Box-level environment; also written to /etc/boxes-env inside the box. */
+  environment: Record<string, string>;
+  /** Extra bind mounts (data volumes). */
+  mounts: { source: string; destination: string; readOnly: boolean }[];
+}
+
+export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';
+
+export interface ExecOptions {
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  tty?: boolean;
+  /** Start and return at once (the process keeps running). */
+  detach?: boolean;
+  /** Kill the process after this long; exit code 124 then. */
+  timeoutMs?: number;
+  /** Bytes sent on stdin (non-detached only). */
+  stdin?: Buffer;
+}
+
+export interface ExecResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  /** Host-side pid of the started process. */
+  pid: number;
+  detached: boolean;
+  /** True when stdout or stderr passed the output cap and was cut. */
+  truncated: boolean;
+}
+
+export interface RuntimeDriver {
+  /** Writes the OCI bundle and starts the container detached (`runc run -d`). Idempotent:
+   *  a running container is left alone; a stopped one is deleted and started again. */
+  start(spec: ContainerSpec): Promise<void>;
+  /** null when the container does not exist. */
+  status(boxId: string): Promise<ContainerStatus | null>;
+  /** SIGTERM to PID 1, SIGKILL after `graceSeconds`, then `runc delete`. Idempotent. */
+  stop(boxId: string, graceSeconds: number): Promise<void>;
+  /** Force-removes the container and its bundle and cgroups. Idempotent. */
+  remove(boxId: string): Promise<void>;
+  /** Live cgroup limits (`runc update`). */
+  update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void>;
+  exec(boxId: string, opts: ExecOptions): Promise<ExecResult>;
+  /** Ids of containers this host's runc root knows (for reconciliation). */
+  list(): Promise<{ boxId: string; status: ContainerStatus }[]>;
+  /** Rewrites /etc/boxes-env inside a running box. */
+  writeEnvironment(rootfs: string, environment: Record<string, string>): Promise<void>;
+}

@@ -1,0 +1,184 @@
+import { defaultSeccompProfile, SeccompProfile } from './seccomp';
+
+/** Where the host's tini and busybox appear inside every box (read-only bind mounts). */
+export const BOX_TINI = '/.boxhost/tini';
+export const BOX_BUSYBOX = '/.boxhost/busybox';
+
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** Docker's default capability set. */
+export const DEFAULT_CAPABILITIES = [
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FSETID',
+  'CAP_FOWNER',
+  'CAP_MKNOD',
+  'CAP_NET_RAW',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETFCAP',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SYS_CHROOT',
+  'CAP_KILL',
+  'CAP_AUDIT_WRITE',
+];
+
+/** Docker's masked and read-only /proc and /sys paths. */
+export const MASKED_PATHS = [
+  '/proc/asound',
+  '/proc/acpi',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/sys/firmware',
+  '/sys/devices/virtual/powercap',
+];
+export const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
+
+export const CPU_PERIOD_US = 100_000;
+/** A fork bomb stops here rather than at the host's limit. */
+export const DEFAULT_PIDS_LIMIT = 4096;
+
+export interface OciSpecInput {
+  rootfs: string;
+  hostname: string;
+  netnsPath: string;
+  /** cgroups v1 path (cgroupfs driver), e.g. `/boxhost-<tag>-<boxId>`. */
+  cgroupsPath: string;
+  cpus: number;
+  ramMb: number;
+  environment: Record<string, string>;
+  mounts: { source: string; destination: string; readOnly: boolean }[];
+  /** Host paths of the binaries bind-mounted at /.boxhost/. */
+  tiniPath: string;
+  busyboxPath: string;
+  /** The host's own hard RLIMIT_NOFILE; the box gets this much (asking more fails). */
+  nofileHard?: number;
+  pidsLimit?: number;
+  annotations?: Record<string, string>;
+  arch?: string;
+}
+
+export interface OciMount {
+  destination: string;
+  type: string;
+  source: string;
+  options: string[];
+}
+
+/** The environment as `KEY=value` strings, PATH first (the box may override it). */
+export function processEnv(environment: Record<string, string>): string[] {
+  validateEnvironment(environment);
+  const env: Record<string, string> = { PATH: DEFAULT_PATH, ...environment };
+  return Object.entries(env).map(([k, v]) => `${k}=${v}`);
+}
+
+export function validateEnvironment(environment: Record<string, string>): void {
+  for (const [k, v] of Object.entries(environment)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`invalid environment variable name ${JSON.stringify(k)}`);
+    if (typeof v !== 'string' || v.includes('\0')) throw new Error(`invalid value for environment variable ${k}`);
+  }
+}
+
+/** CFS quota for a number of CPUs (null: no limit). */
+export function cpuQuota(cpus: number | undefined): number | null {
+  if (!cpus || cpus <= 0) return null;
+  return Math.max(1000, Math.round(cpus * CPU_PERIOD_US));
+}
+
+export function memoryBytes(ramMb: number): number {
+  return Math.round(ramMb * 1024 * 1024);
+}
+
+function isCleanAbsolute(p: string): boolean {
+  return p.startsWith('/') && !p.split('/').some((c) => c === '..' || c === '.') && !p.includes('\0');
+}
+
+/** Builds the OCI runtime config (config.json) of a box. Pure: no I/O. */
+export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
+  if (!/^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$/.test(input.hostname)) throw new Error(`invalid hostname ${JSON.stringify(input.hostname)}`);
+  if (!input.ramMb || input.ramMb < 4) throw new Error('ramMb must be at least 4');
+  const quota = cpuQuota(input.cpus);
+  const mem = memoryBytes(input.ramMb);
+  const nofile = Math.max(64, Math.min(input.nofileHard ?? 1024, 1 << 20));
+
+  const mounts: OciMount[] = [
+    { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+    {
+      destination: '/dev/pts',
+      type: 'devpts',
+      source: 'devpts',
+      options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'],
+    },
+    { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+    { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+    { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+    { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+    { destination: BOX_TINI, type: 'bind', source: input.tiniPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+    { destination: BOX_BUSYBOX, type: 'bind', source: input.busyboxPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+  ];
+  for (const m of input.mounts) {
+    if (!isCleanAbsolute(m.destination) || m.destination === '/') throw new Error(`invalid mount destination ${JSON.stringify(m.destination)}`);
+    if (!m.source.startsWith('/')) throw new Error(`mount source must be absolute: ${JSON.stringify(m.source)}`);
+    mounts.push({
+      destination: m.destination,
+      type: 'bind',
+      source: m.source,
+      options: ['rbind', 'rprivate', 'nosuid', 'nodev', m.readOnly ? 'ro' : 'rw'],
+    });
+  }
+
+  const resources: Record<string, unknown> = {
+    devices: [{ allow: false, access: 'rwm' }],
+    memory: { limit: mem, swap: mem },
+    pids: { limit: input.pidsLimit ?? DEFAULT_PIDS_LIMIT },
+  };
+  if (quota !== null) resources.cpu = { quota, period: CPU_PERIOD_US };
+
+  const seccomp: SeccompProfile = defaultSeccompProfile(input.arch);
+
+  return {
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      // tini reaps zombies and forwards SIGTERM to the sleep, which dies of it: the box stops.
+      args: [BOX_TINI, '-g', '--', BOX_BUSYBOX, 'sleep', '2147483647'],
+      env: processEnv(input.environment),
+      cwd: '/',
+      capabilities: {
+        bounding: DEFAULT_CAPABILITIES,
+        effective: DEFAULT_CAPABILITIES,
+        permitted: DEFAULT_CAPABILITIES,
+      },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: nofile, soft: nofile }],
+      noNewPrivileges: true,
+      oomScoreAdj: 0,
+    },
+    root: { path: input.rootfs, readonly: false },
+    hostname: input.hostname,
+    mounts,
+    annotations: input.annotations ?? {},
+    linux: {
+      namespaces: [
+        { type: 'pid' },
+        { type: 'network', path: input.netnsPath },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+      ],
+      cgroupsPath: input.cgroupsPath,
+      resources,
+      seccomp,
+      maskedPaths: MASKED_PATHS,
+      readonlyPaths: READONLY_PATHS,
+    },
+  };
+}

@@ -1,0 +1,621 @@
+/**
+ * Box storage on ZFS, spoken only through the `zfs` / `zpool` CLI so that the same code runs on
+ * kernel ZFS and on Debian's zfs-fuse (pool version 23: no `zfs list -p`, no `clones` property,
+ * no `.zfs` directory, destroys that report "dataset is busy" right after use).
+ *
+ * Layout under the root dataset R (the pool itself for the loop-file pool, `<pool/dataset>/boxhost`
+ * for a configured one):
+ *
+ *   R/bases/<name>/<version>        a base's root filesystem, read-only once made
+ *   R/bases/<name>/<version>@base   the snapshot every box root of that base is cloned from
+ *   R/boxes/<boxId>                 a box root: a clone of a base's @base or of another box's snapshot
+ *   R/boxes/<boxId>@<snapshot>      box snapshots (user names: a-z 0-9 -)
+ *   R/boxes/<boxId>@_<...>          internal snapshots, never listed: fork points (`_fork-<newBoxId>`)
+ *                                   and user snapshots that were deleted or whose box was deleted
+ *                                   while forks still hang off them
+ *   R/data/<volume>                 data volumes
+ *
+ * Internal snapshot names start with `_`, which the user name rule forbids, so they can never
+ * collide with a user's snapshot, including after `zfs promote` moves snapshots between datasets.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { CommandError, run, sleep, type RunResult } from '../../core/command';
+import type { BaseRef, RootSource, StorageDriver } from '../drivers';
+
+export interface ZfsStorageOptions {
+  dataDir: string;
+  /** A pool or `pool/dataset` to use; unset: a pool on a sparse file in the data dir. */
+  pool?: string;
+  poolSizeGb: number;
+  hostTag: string;
+  logger?: { info(...a: any[]): void; warn(...a: any[]): void };
+}
+
+export interface BoxSnapshotInfo {
+  name: string;
+  /** RFC 3339 UTC with milliseconds. */
+  createdAt: string;
+  sizeBytes: number;
+}
+
+/** A base still has box roots cloned from it; the API answers 409. */
+export class StorageInUseError extends Error {
+  readonly code = 'conflict';
+  constructor(message: string, readonly dependents: string[]) {
+    super(message);
+  }
+}
+
+const ZFS_FUSE = '/usr/sbin/zfs-fuse';
+const ZFS_FUSE_PIDFILE = '/var/run/zfs-fuse.pid';
+// zfs-fuse can hang when its daemon wedges; a bounded wait turns that into an error.
+const CMD_TIMEOUT_MS = 120_000;
+// "dataset is busy" after use clears within ~100 ms here; 10 tries cover several seconds.
+const BUSY_TRIES = 10;
+const BASE_SNAPSHOT = 'base';
+const INTERNAL = '_';
+
+const COMPONENT = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
+
+const noop = () => {};
+
+function stderrOf(e: unknown): string {
+  if (e instanceof CommandError) return `${e.stderr}\n${e.stdout}`;
+  return e instanceof Error ? e.message : String(e);
+}
+const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
+const isBusy = (text: string) => /is busy|device busy/i.test(text);
+const isExists = (text: string) => /already exists/i.test(text);
+const isDaemonDown = (text: string) =>
+  /failed to initialize ZFS library|zfs-fuse daemon|modules are not loaded|\/dev\/zfs/i.test(text);
+
+function checkComponent(what: string, value: string): void {
+  if (!COMPONENT.test(value)) throw new Error(`invalid ${what} ${JSON.stringify(value)} for a ZFS dataset name`);
+}
+function checkUserSnapshot(value: string): void {
+  if (!USER_SNAPSHOT.test(value)) throw new Error(`invalid snapshot name ${JSON.stringify(value)}`);
+}
+
+function binary(name: string): string {
+  for (const dir of ['/usr/sbin', '/sbin', '/usr/local/sbin']) {
+    const p = path.join(dir, name);
+    if (fs.existsSync(p)) return p;
+  }
+  return name;
+}
+
+export class ZfsStorage implements StorageDriver {
+  /** The pool name (first component of the configured pool, or `boxhost-<hostTag>`). */
+  readonly pool: string;
+  /** The root dataset R that holds bases/, boxes/ and data/. */
+  readonly root: string;
+  /** True when the pool is the loop-file pool this driver makes and may destroy. */
+  readonly ownsPool: boolean;
+  readonly imagePath: string;
+
+  private readonly zfsDir: string;
+  private readonly defaultMount: string;
+  private mountRoot: string;
+  private readonly log: { info(...a: any[]): void; warn(...a: any[]): void };
+  private readonly zfsBin = binary('zfs');
+  private readonly zpoolBin = binary('zpool');
+
+  constructor(private readonly opts: ZfsStorageOptions) {
+    const dataDir = path.resolve(opts.dataDir);
+    this.zfsDir = path.join(dataDir, 'zfs');
+    this.imagePath = path.join(this.zfsDir, 'pool.img');
+    this.defaultMount = path.join(this.zfsDir, 'mnt');
+    this.mountRoot = this.defaultMount;
+    this.log = opts.logger ?? { info: noop, warn: noop };
+    if (opts.pool) {
+      if (!/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/.test(opts.pool)) throw new Error(`invalid ZFS pool ${JSON.stringify(opts.pool)}`);
+      this.pool = opts.pool.split('/')[0];
+      this.root = `${opts.pool}/boxhost`;
+      this.ownsPool = false;
+    } else {
+      checkComponent('host tag', opts.hostTag);
+      this.pool = `boxhost-${opts.hostTag}`;
+      this.root = this.pool;
+      this.ownsPool = true;
+    }
+  }
+
+  // ---------------------------------------------------------------- pool
+
+  async init(): Promise<void> {
+    await this.ensureDaemon();
+    if (this.ownsPool) await this.ensureLoopPool();
+    else await this.ensureConfiguredPool();
+    await this.ensureLayout();
+    const mp = await this.prop(this.root, 'mountpoint');
+    if (!path.isAbsolute(mp)) throw new Error(`dataset ${this.root} has mountpoint ${mp}; boxhost needs a mounted directory`);
+    this.mountRoot = mp;
+  }
+
+  async health(): Promise<void> {
+    const health = await this.poolHealth();
+    if (health === null) throw new Error(`ZFS pool ${this.pool} is not imported`);
+    if (health === 'DEGRADED') this.log.warn({ pool: this.pool }, 'ZFS pool is DEGRADED');
+    else if (health !== 'ONLINE') throw new Error(`ZFS pool ${this.pool} is ${health}`);
+    if ((await this.prop(this.root, 'mounted')) !== 'yes') throw new Error(`dataset ${this.root} is not mounted`);
+  }
+
+  /** Destroys the loop-file pool this driver made and removes its image (tests, cleanup).
+   *  Refuses a configured pool. */
+  async destroyPool(): Promise<void> {
+    if (!this.ownsPool) throw new Error(`refusing to destroy configured pool ${this.pool}`);
+    if ((await this.poolHealth()) !== null) {
+      await this.retryBusy(`zpool destroy ${this.pool}`, async () => {
+        const r = await this.zpool(['destroy', '-f', this.pool], true);
+        if (r.exitCode !== 0 && !isMissing(r.stderr)) return r;
+        return null;
+      });
+    }
+    fs.rmSync(this.imagePath, { force: true });
+    // Only empty directories go: a mount left behind must never be recursed into.
+    if (!mountedUnder(this.zfsDir)) removeEmptyDirs(this.zfsDir);
+  }
+
+  // ---------------------------------------------------------------- bases
+
+  async hasBase(base: BaseRef): Promise<boolean> {
+    return this.exists(`${this.baseDataset(base)}@${BASE_SNAPSHOT}`);
+  }
+
+  async createBase(base: BaseRef, fill: (dir: string) => Promise<void>): Promise<void> {
+    const ds = this.baseDataset(base);
+    if (await this.exists(`${ds}@${BASE_SNAPSHOT}`)) return;
+    if (await this.exists(ds)) {
+      this.log.warn({ dataset: ds }, 'half-made base (no @base snapshot): destroying it to start again');
+      await this.destroyDataset(ds);
+    }
+    await this.zfs(['create', '-p', ds]);
+    try {
+      await this.ensureMounted(ds);
+      await fill(await this.prop(ds, 'mountpoint'));
+      await this.zfs(['snapshot', `${ds}@${BASE_SNAPSHOT}`]);
+    } catch (e) {
+      await this.destroyDataset(ds).catch((err) => this.log.warn({ dataset: ds, err: String(err) }, 'cleanup of failed base failed'));
+      throw e;
+    }
+    // Box roots are clones of @base; writes to the base itself would only confuse a later export.
+    await this.zfs(['set', 'readonly=on', ds]);
+  }
+
+  async destroyBase(base: BaseRef): Promise<void> {
+    const ds = this.baseDataset(base);
+    if (!(await this.exists(ds))) return;
+    const snap = `${ds}@${BASE_SNAPSHOT}`;
+    const dependents = await this.clonesOf(snap);
+    if (dependents.length > 0) {
+      const names = dependents.map((d) => this.boxIdOf(d) ?? d);
+      throw new StorageInUseError(`base ${base.name}@${base.version} is in use by ${names.length} box root(s): ${names.join(', ')}`, names);
+    }
+    await this.destroyDataset(ds);
+    // The per-name parent goes with its last version; a concurrent create makes this fail harmlessly.
+    const parent = `${this.root}/bases/${base.name}`;
+    const children = await this.zfs(['list', '-H', '-o', 'name', '-r', '-d', '1', parent], true);
+    if (children.exitCode === 0 && lines(children.stdout).length === 1) {
+      await this.zfs(['destroy', parent], true);
+    }
+  }
+
+  async baseSizeBytes(base: BaseRef): Promise<number> {
+    return Number(await this.prop(`${this.baseDataset(base)}@${BASE_SNAPSHOT}`, 'referenced'));
+  }
+
+  /** The mounted, read-only directory of a base (for export). */
+  basePath(base: BaseRef): string {
+    return path.join(this.mountRoot, 'bases', base.name, base.version);
+  }
+
+  // ---------------------------------------------------------------- box roots
+
+  async createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string> {
+    const ds = this.boxDataset(boxId);
+    if (await this.exists(ds)) {
+      await this.ensureMounted(ds);
+      return this.boxRootPath(boxId);
+    }
+    if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);
+
+    let origin: string;
+    let madeForkSnapshot = false;
+    if (source.kind === 'base') {
+      origin = `${this.baseDataset(source.base)}@${BASE_SNAPSHOT}`;
+      if (!(await this.exists(origin))) throw new Error(`base ${source.base.name}@${source.base.version} does not exist`);
+    } else {
+      const src = this.boxDataset(source.boxId);
+      if (!(await this.exists(src))) throw new Error(`box root ${source.boxId} does not exist`);
+      if (source.snapshot !== undefined) {
+        checkUserSnapshot(source.snapshot);
+        origin = `${src}@${source.snapshot}`;
+        if (!(await this.exists(origin))) throw new Error(`box ${source.boxId} has no snapshot ${source.snapshot}`);
+      } else {
+        // Named after the new box so that a retried fork reuses its first snapshot.
+        origin = `${src}@${INTERNAL}fork-${boxId}`;
+        if (!(await this.exists(origin))) {
+          await this.zfsTolerating(['snapshot', origin], isExists);
+          madeForkSnapshot = true;
+        }
+      }
+    }
+
+    const args = ['clone'];
+    if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`);
+    args.push(origin, ds);
+    const r = await this.zfs(args, true);
+    if (r.exitCode !== 0 && !(isExists(r.stderr) && (await this.exists(ds)))) {
+      if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
+      throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
+    }
+    await this.ensureMounted(ds);
+    return this.boxRootPath(boxId);
+  }
+
+  boxRootPath(boxId: string): string {
+    checkComponent('box id', boxId);
+    return path.join(this.mountRoot, 'boxes', boxId);
+  }
+
+  async hasBoxRoot(boxId: string): Promise<boolean> {
+    return this.exists(this.boxDataset(boxId));
+  }
+
+  async destroyBoxRoot(boxId: string): Promise<void> {
+    const ds = this.boxDataset(boxId);
+    if (!(await this.exists(ds))) {
+      // A fork that failed after its fork snapshot was taken leaves that snapshot on the source.
+      await this.dropForkSnapshots(boxId);
+      return;
+    }
+    // Forks hang off this root's snapshots. `zfs promote` hands those snapshots (and every older
+    // one) to a fork, after which nothing depends on this root and it can go.
+    for (let round = 0; ; round++) {
+      const dependents = await this.snapshotClones(ds);
+      if (dependents.size === 0) break;
+      if (round >= 32) throw new Error(`box root ${boxId}: forks still depend on it after ${round} promotions`);
+      let newest: { snap: string; clone: string } | undefined;
+      for (const snap of await this.snapshotsOf(ds)) {
+        const clones = dependents.get(snap);
+        if (!clones) {
+          // It dies with the root anyway; destroying it now keeps promote from moving it.
+          await this.destroySnapshot(snap);
+          continue;
+        }
+        // Promote would carry user names onto the fork, where they could collide with its own.
+        const kept = snapName(snap).startsWith(INTERNAL) ? snap : await this.hide(snap);
+        newest = { snap: kept, clone: clones[0] };
+      }
+      if (!newest) continue;
+      this.log.info({ box: boxId, fork: this.boxIdOf(newest.clone) ?? newest.clone }, 'promoting fork before destroying its origin');
+      await this.zfs(['promote', newest.clone]);
+    }
+    const origin = await this.prop(ds, 'origin');
+    await this.destroyDataset(ds);
+    try {
+      fs.rmdirSync(this.boxRootPath(boxId));
+    } catch {
+      // zfs-fuse removes the mountpoint itself; kernel ZFS may leave it
+    }
+    if (origin !== '-' && origin !== '') await this.dropIfUnused(origin);
+  }
+
+  async listBoxRoots(): Promise<string[]> {
+    const parent = `${this.root}/boxes`;
+    const r = await this.zfs(['list', '-H', '-o', 'name', '-t', 'filesystem', '-r', '-d', '1', parent]);
+    return lines(r.stdout)
+      .filter((n) => n !== parent)
+      .map((n) => n.slice(parent.length + 1));
+  }
+
+  // ---------------------------------------------------------------- box snapshots
+
+  async snapshotBoxRoot(boxId: string, snapshot: string): Promise<void> {
+    checkUserSnapshot(snapshot);
+    const ds = this.boxDataset(boxId);
+    if (!(await this.exists(ds))) throw new Error(`box root ${boxId} does not exist`);
+    await this.zfsTolerating(['snapshot', `${ds}@${snapshot}`], isExists);
+  }
+
+  async destroyBoxSnapshot(boxId: string, snapshot: string): Promise<void> {
+    checkUserSnapshot(snapshot);
+    const snap = `${this.boxDataset(boxId)}@${snapshot}`;
+    if (!(await this.exists(snap))) return;
+    if ((await this.clonesOf(snap)).length > 0) {
+      // Forks made from it still need its blocks: take the name away, keep the data until
+      // the last fork goes (destroyBoxRoot drops unused internal origins).
+      await this.hide(snap);
+      return;
+    }
+    await this.destroySnapshot(snap);
+  }
+
+  async listBoxSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
+    const ds = this.boxDataset(boxId);
+    const r = await this.zfs(['list', '-H', '-o', 'name', '-t', 'snapshot', '-r', '-d', '1', ds], true);
+    if (r.exitCode !== 0) {
+      if (isMissing(r.stderr)) throw new Error(`box root ${boxId} does not exist`);
+      throw new CommandError([this.zfsBin, 'list', ds], r.exitCode, r.stdout, r.stderr);
+    }
+    const snaps = lines(r.stdout).filter((s) => s.startsWith(`${ds}@`) && !snapName(s).startsWith(INTERNAL));
+    if (snaps.length === 0) return [];
+    const props = await this.props(snaps, ['creation', 'used']);
+    // `zfs list` answers snapshots in creation order (createtxg), finer than `creation` seconds.
+    return snaps.map((s) => ({
+      name: snapName(s),
+      createdAt: new Date(Number(props.get(s)?.get('creation') ?? 0) * 1000).toISOString(),
+      sizeBytes: Number(props.get(s)?.get('used') ?? 0),
+    }));
+  }
+
+  // ---------------------------------------------------------------- internals: naming
+
+  private baseDataset(base: BaseRef): string {
+    checkComponent('base name', base.name);
+    checkComponent('base version', base.version);
+    return `${this.root}/bases/${base.name}/${base.version}`;
+  }
+
+  private boxDataset(boxId: string): string {
+    checkComponent('box id', boxId);
+    return `${this.root}/boxes/${boxId}`;
+  }
+
+  private boxIdOf(dataset: string): string | undefined {
+    const prefix = `${this.root}/boxes/`;
+    if (!dataset.startsWith(prefix)) return undefined;
+    return dataset.slice(prefix.length).split('@')[0];
+  }
+
+  // ---------------------------------------------------------------- internals: daemon and pool
+
+  private async ensureDaemon(): Promise<void> {
+    const probe = await this.probe();
+    if (probe.exitCode === 0) return;
+    if (!isDaemonDown(probe.stderr)) throw new Error(`zpool list failed: ${probe.stderr.trim()}`);
+    if (!fs.existsSync(ZFS_FUSE)) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
+    this.log.info('starting the zfs-fuse daemon');
+    // zfs-fuse daemonizes itself (and closes our pipes), so this returns at once. A concurrent
+    // start by another process fails here; the wait below tells whether one of them won.
+    const started = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE], { allowFailure: true, timeoutMs: 30_000 });
+    for (let waited = 0; waited < 20_000; waited += 100) {
+      if ((await this.probe()).exitCode === 0) return;
+      await sleep(100);
+    }
+    throw new Error(`zfs-fuse did not answer within 20 s (start exited ${started.exitCode}: ${started.stderr.trim()})`);
+  }
+
+  private async probe(): Promise<RunResult> {
+    try {
+      return await this.zpool(['list', '-H', '-o', 'name'], true);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error('the zpool command is missing: run scripts/install-host.sh');
+      throw e;
+    }
+  }
+
+  /** ONLINE, DEGRADED, FAULTED, …, or null when the pool is not imported. */
+  private async poolHealth(): Promise<string | null> {
+    const r = await this.zpool(['list', '-H', '-o', 'health', this.pool], true);
+    if (r.exitCode === 0) return r.stdout.trim();
+    if (isMissing(r.stderr)) return null;
+    throw new CommandError([this.zpoolBin, 'list', this.pool], r.exitCode, r.stdout, r.stderr);
+  }
+
+  private async ensureLoopPool(): Promise<void> {
+    const health = await this.poolHealth();
+    if (health !== null) {
+      if (health !== 'ONLINE') this.log.warn({ pool: this.pool, health }, 'reusing a ZFS pool that is not ONLINE');
+      return;
+    }
+    fs.mkdirSync(this.zfsDir, { recursive: true, mode: 0o700 });
+    if (fs.existsSync(this.imagePath)) {
+      // Known pool, not imported: exported, or the daemon lost it on a restart.
+      let r = await this.zpool(['import', '-d', this.zfsDir, this.pool], true);
+      if (r.exitCode !== 0 && /-f|in use|active/i.test(r.stderr)) {
+        // The image lives in our own data dir, so "in use by another system" is our earlier self.
+        r = await this.zpool(['import', '-f', '-d', this.zfsDir, this.pool], true);
+      }
+      if (r.exitCode === 0) {
+        this.log.info({ pool: this.pool, image: this.imagePath }, 'imported the ZFS pool');
+        return;
+      }
+      throw new Error(`${this.imagePath} exists but pool ${this.pool} cannot be imported from it: ${r.stderr.trim()}`);
+    }
+    const fd = fs.openSync(this.imagePath, 'wx', 0o600);
+    try {
+      fs.ftruncateSync(fd, this.opts.poolSizeGb * 1024 ** 3);
+    } finally {
+      fs.closeSync(fd);
+    }
+    const r = await this.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true);
+    if (r.exitCode !== 0) {
+      fs.rmSync(this.imagePath, { force: true });
+      throw new Error(`zpool create ${this.pool} on ${this.imagePath} failed: ${r.stderr.trim()}`);
+    }
+    this.log.info({ pool: this.pool, image: this.imagePath, sizeGb: this.opts.poolSizeGb }, 'created the ZFS pool');
+  }
+
+  private async ensureConfiguredPool(): Promise<void> {
+    if ((await this.poolHealth()) !== null) return;
+    await this.zpool(['import', this.pool], true);
+    if ((await this.poolHealth()) === null) throw new Error(`ZFS pool ${this.pool} (BOXHOST_ZFS_POOL) is neither imported nor importable`);
+  }
+
+  private async ensureLayout(): Promise<void> {
+    if (this.root !== this.pool && !(await this.exists(this.root))) {
+      const parent = this.root.slice(0, this.root.lastIndexOf('/'));
+      if (parent !== this.pool && !(await this.exists(parent))) await this.zfsTolerating(['create', '-p', parent], isExists);
+      // Box roots live under the data dir as on the loop-file pool, so paths never depend on the pool.
+      await this.zfsTolerating(['create', '-o', `mountpoint=${this.defaultMount}`, this.root], isExists);
+    }
+    for (const child of ['bases', 'boxes', 'data']) {
+      const ds = `${this.root}/${child}`;
+      if (!(await this.exists(ds))) await this.zfsTolerating(['create', ds], isExists);
+    }
+  }
+
+  // ---------------------------------------------------------------- internals: datasets
+
+  private zfs(args: string[], allowFailure = false): Promise<RunResult> {
+    return run([this.zfsBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS });
+  }
+
+  private zpool(args: string[], allowFailure = false): Promise<RunResult> {
+    return run([this.zpoolBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS });
+  }
+
+  /** Runs a mutation whose "already done" failure counts as success (concurrent or retried jobs). */
+  private async zfsTolerating(args: string[], done: (stderr: string) => boolean): Promise<void> {
+    const r = await this.zfs(args, true);
+    if (r.exitCode !== 0 && !done(r.stderr)) throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
+  }
+
+  private async exists(name: string): Promise<boolean> {
+    const r = await this.zfs(['list', '-H', '-o', 'name', name], true);
+    if (r.exitCode === 0) return true;
+    if (isMissing(r.stderr)) return false;
+    throw new CommandError([this.zfsBin, 'list', name], r.exitCode, r.stdout, r.stderr);
+  }
+
+  private async prop(name: string, property: string): Promise<string> {
+    return (await this.zfs(['get', '-Hp', '-o', 'value', property, name])).stdout.trim();
+  }
+
+  private async props(names: string[], properties: string[]): Promise<Map<string, Map<string, string>>> {
+    const r = await this.zfs(['get', '-Hp', '-o', 'name,property,value', properties.join(','), ...names]);
+    const out = new Map<string, Map<string, string>>();
+    for (const line of lines(r.stdout)) {
+      const [name, property, value] = line.split('\t');
+      if (!out.has(name)) out.set(name, new Map());
+      out.get(name)!.set(property, value);
+    }
+    return out;
+  }
+
+  private async ensureMounted(ds: string): Promise<void> {
+    if ((await this.prop(ds, 'mounted')) === 'yes') return;
+    await this.zfsTolerating(['mount', ds], (s) => /already mounted/i.test(s));
+  }
+
+  /** Snapshots of one dataset, oldest first. */
+  private async snapshotsOf(ds: string): Promise<string[]> {
+    const r = await this.zfs(['list', '-H', '-o', 'name', '-t', 'snapshot', '-r', '-d', '1', ds]);
+    return lines(r.stdout).filter((s) => s.startsWith(`${ds}@`));
+  }
+
+  /** origin snapshot → the filesystems cloned from it, for every snapshot of `ds`.
+   *  zfs-fuse has no `clones` property, so the pool's origins are read instead. */
+  private async snapshotClones(ds: string): Promise<Map<string, string[]>> {
+    const r = await this.zfs(['list', '-H', '-o', 'name,origin', '-t', 'filesystem', '-r', this.pool]);
+    const out = new Map<string, string[]>();
+    for (const line of lines(r.stdout)) {
+      const [name, origin] = line.split('\t');
+      if (!origin?.startsWith(`${ds}@`)) continue;
+      if (!out.has(origin)) out.set(origin, []);
+      out.get(origin)!.push(name);
+    }
+    return out;
+  }
+
+  private async clonesOf(snap: string): Promise<string[]> {
+    return (await this.snapshotClones(snap.split('@')[0])).get(snap) ?? [];
+  }
+
+  /** Renames a snapshot to a unique internal name: it leaves listings and frees its name. */
+  private async hide(snap: string): Promise<string> {
+    const [ds, name] = snap.split('@');
+    const hidden = `${ds}@${INTERNAL}${name.replace(/^_+/, '')}.${crypto.randomBytes(4).toString('hex')}`;
+    await this.zfs(['rename', snap, hidden]);
+    return hidden;
+  }
+
+  /** Destroys an internal box snapshot once no clone needs it; user snapshots and bases stay. */
+  private async dropIfUnused(snap: string): Promise<void> {
+    if (!this.boxIdOf(snap) || !snapName(snap).startsWith(INTERNAL)) return;
+    if (!(await this.exists(snap))) return;
+    if ((await this.clonesOf(snap)).length > 0) return;
+    await this.destroySnapshot(snap);
+  }
+
+  private async dropForkSnapshots(boxId: string): Promise<void> {
+    const r = await this.zfs(['list', '-H', '-o', 'name', '-t', 'snapshot', '-r', `${this.root}/boxes`]);
+    for (const snap of lines(r.stdout)) {
+      if (snapName(snap) === `${INTERNAL}fork-${boxId}`) await this.dropIfUnused(snap);
+    }
+  }
+
+  private async destroySnapshot(snap: string): Promise<void> {
+    await this.retryBusy(`zfs destroy ${snap}`, async () => {
+      const r = await this.zfs(['destroy', snap], true);
+      return r.exitCode === 0 || isMissing(r.stderr) ? null : r;
+    });
+  }
+
+  /** Destroys a filesystem and its snapshots. zfs-fuse reports "dataset is busy" for a dataset
+   *  that was just used, even with -f: unmount first, then retry with a short pause. */
+  private async destroyDataset(ds: string): Promise<void> {
+    let attempt = 0;
+    await this.retryBusy(`zfs destroy -r ${ds}`, async () => {
+      const force = attempt++ >= BUSY_TRIES / 2;
+      await this.zfs(force ? ['umount', '-f', ds] : ['umount', ds], true);
+      const r = await this.zfs(['destroy', '-r', ds], true);
+      return r.exitCode === 0 || isMissing(r.stderr) ? null : r;
+    });
+  }
+
+  /** Calls `attempt` until it answers null (done); retries only "busy" failures. */
+  private async retryBusy(what: string, attempt: () => Promise<RunResult | null>): Promise<void> {
+    for (let i = 1; ; i++) {
+      const r = await attempt();
+      if (r === null) return;
+      if (!isBusy(r.stderr) || i >= BUSY_TRIES) throw new Error(`${what} failed: ${r.stderr.trim() || r.stdout.trim()}`);
+      await sleep(Math.min(50 * 2 ** (i - 1), 1000));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ helpers
+
+function lines(s: string): string[] {
+  return s.split('\n').filter((l) => l.length > 0);
+}
+
+function snapName(snap: string): string {
+  return snap.slice(snap.indexOf('@') + 1);
+}
+
+function quotaArg(gb: number): string {
+  return Number.isInteger(gb) ? `${gb}G` : String(Math.round(gb * 1024 ** 3));
+}
+
+function mountedUnder(dir: string): boolean {
+  const prefix = path.resolve(dir) + '/';
+  try {
+    return fs
+      .readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .some((l) => (l.split(' ')[1] ?? '').replace(/\\040/g, ' ').startsWith(prefix));
+  } catch {
+    return true;
+  }
+}
+
+function removeEmptyDirs(dir: string): void {
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return;
+  }
+  for (const e of entries) if (e.isDirectory()) removeEmptyDirs(path.join(dir, e.name));
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    // not empty: something that is not ours stays
+  }
+}

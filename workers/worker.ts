@@ -1,0 +1,90 @@
+import { ConnectionOptions, DelayedError, Job, UnrecoverableError, Worker } from 'bullmq';
+import type { RedisOptions } from 'ioredis';
+import { isFinished, operationsRepo } from '../db/repos/operations';
+import { DEFAULT_ATTEMPTS, nodeQueueName } from '../jobs/queue';
+import type { JobContext, JobEnvelope, JobKind } from '../jobs/types';
+import type { WorkerContext } from './context';
+
+export interface WorkerOptions {
+  connection: RedisOptions;
+  prefix: string;
+  concurrency: number;
+  /** How long a job's lock lives without renewal; a dead worker's job is retaken after it. */
+  lockDurationMs?: number;
+  stalledIntervalMs?: number;
+}
+
+/** How long a job waits before looking again whether an earlier operation on its box is done. */
+const TURN_POLL_MS = 200;
+
+/**
+ * The BullMQ worker: looks up the job's kind, keeps its operation row in step (queued →
+ * running → succeeded | failed), and runs operations on one box in arrival order.
+ */
+export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOptions): Worker {
+  const registry = new Map(kinds.map((k) => [k.kind, k]));
+
+  const processor = async (job: Job<JobEnvelope>, token?: string) => {
+    const kind = registry.get(job.name);
+    if (!kind) throw new UnrecoverableError(`unknown job kind ${job.name}`);
+    const { operationId } = job.data;
+    const op = await operationsRepo.get(ctx.db, operationId);
+    // The api adds the job before its transaction commits; a job that outruns the commit retries.
+    if (!op) throw new Error(`operation ${operationId} is not recorded (yet)`);
+    if (isFinished(op.status)) return;
+
+    if (op.box_id && (await operationsRepo.earlierUnfinished(ctx.db, op.box_id, op.seq))) {
+      await job.moveToDelayed(Date.now() + TURN_POLL_MS, token);
+      throw new DelayedError();
+    }
+
+    const { value: payload, error } = kind.payload.validate(job.data.payload);
+    const attempts = job.opts.attempts ?? DEFAULT_ATTEMPTS;
+    const log = ctx.log.child({ op: operationId, kind: kind.kind, attempt: job.attemptsMade + 1 });
+    const jctx: JobContext<any> = {
+      payload,
+      operationId,
+      attempt: job.attemptsMade + 1,
+      lastAttempt: job.attemptsMade + 1 >= attempts,
+      host: ctx,
+      log,
+      progress: async (percent: number) => {
+        await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });
+      },
+    };
+    try {
+      if (error) throw new UnrecoverableError(`bad payload: ${error.message}`);
+      await operationsRepo.update(ctx.db, operationId, { status: 'running' });
+      log.info('operation running');
+      await kind.run(jctx);
+      await operationsRepo.update(ctx.db, operationId, { status: 'succeeded', progress: 100, error: null });
+      log.info('operation succeeded');
+    } catch (e) {
+      const err = e as Error;
+      const final = err instanceof UnrecoverableError || jctx.lastAttempt;
+      log.warn({ err: err.message, final }, 'operation step failed');
+      if (final) {
+        try {
+          await kind.onFailed?.(jctx, err);
+        } finally {
+          await operationsRepo.update(ctx.db, operationId, { status: 'failed', error: err.message });
+        }
+      } else {
+        await operationsRepo.update(ctx.db, operationId, { error: `retrying: ${err.message}` });
+      }
+      throw err;
+    }
+  };
+
+  const worker = new Worker(nodeQueueName(ctx.config.nodeId), processor, {
+    connection: opts.connection as ConnectionOptions,
+    prefix: opts.prefix,
+    concurrency: opts.concurrency,
+    lockDuration: opts.lockDurationMs ?? 15000,
+    stalledInterval: opts.stalledIntervalMs ?? 10000,
+    maxStalledCount: 3,
+    autorun: true,
+  });
+  worker.on('error', (err) => ctx.log.warn({ err: err.message }, 'worker connection error'));
+  return worker;
+}
