@@ -4,7 +4,7 @@ import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
 import type { OperationQueue } from '../jobs/queue';
 import type { Registry } from 'prom-client';
-import type { RuntimeDriver } from '../workers/drivers';
+import type { RuntimeDriver, StorageDriver } from '../workers/drivers';
 
 /** What route handlers get: config, db, the queue, and the runtime for the synchronous box
  *  calls (exec) that the api makes straight against the box. */
@@ -15,8 +15,8 @@ export interface ApiContext {
   redis: IORedis;
   queue: OperationQueue;
   runtime: RuntimeDriver;
-  /** Throws when the box storage (the ZFS pool) is not usable. */
-  storageHealth(): Promise<void>;
+  /** The storage of this host's boxes: health, and reads (snapshots) that check requests. */
+  storage: StorageDriver;
   metrics: Registry;
   /** sha256 of the bootstrap admin token. */
   adminTokenHash: string;

@@ -39,6 +39,9 @@ export interface Host {
   adminToken: string;
   worker?: Worker;
   workerContext?: WorkerContext;
+  /** Present when the api runs in this process. */
+  api?: ApiContext;
+  app?: express.Express;
   close(): Promise<void>;
 }
 
@@ -103,14 +106,17 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
         redis,
         queue,
         runtime: drivers.runtime,
-        storageHealth: () => drivers.storage.health(),
+        storage: drivers.storage,
         metrics: metrics.registry,
         adminTokenHash: sha256(admin.token),
       };
       const app = express();
       const server = http.createServer(app);
       expressWs(app, server);
-      app.use(createApp(api, metrics.middleware));
+      const routesApp = createApp(api, metrics.middleware);
+      app.use(routesApp);
+      host.api = api;
+      host.app = routesApp;
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(config.port, config.host, () => resolve());

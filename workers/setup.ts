@@ -6,6 +6,7 @@ import { CniNetwork } from './network/cni';
 import type { NetworkDriver, RuntimeDriver, StorageDriver } from './drivers';
 import type { WorkerContext } from './context';
 import { ensureDefaultBase } from './bases/defaultBase';
+import { reconcile } from './reconcile';
 
 export interface Drivers {
   storage: StorageDriver;
@@ -22,9 +23,10 @@ export function createDrivers(config: Config, log: Logger): Drivers {
   };
 }
 
-/** What a worker does before taking jobs: pool, firewall, the default base. */
+/** What a worker does before taking jobs: pool, firewall, the default base, reconciliation. */
 export async function prepareHost(ctx: WorkerContext): Promise<void> {
   await ctx.storage.init();
   await ctx.network.init();
   await ensureDefaultBase(ctx);
+  await reconcile(ctx);
 }

@@ -17,6 +17,15 @@ import updateGrant from './grants/update';
 import deleteGrant from './grants/delete';
 import getOperation from './operations/get';
 import waitOperation from './operations/wait';
+import listProjects from './projects/list';
+import createBox from './boxes/create';
+import listBoxes from './boxes/list';
+import getBox from './boxes/get';
+import updateBox from './boxes/update';
+import deleteBox from './boxes/delete';
+import stopBox from './boxes/stop';
+import resumeBox from './boxes/resume';
+import execBox from './boxes/exec';
 
 /** Every route of the api. The OpenAPI document is made from this list, so a route that is
  *  mounted is documented. */
@@ -26,6 +35,8 @@ export const routes: RouteDef[] = [
   getAuthSettings, putAuthSettings,
   createGrant, listGrants, getGrant, updateGrant, deleteGrant,
   getOperation, waitOperation,
+  listProjects,
+  createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
 ];
 
 openapiDocument.current = buildOpenApi(routes, versionInfo().version);

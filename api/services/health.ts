@@ -17,7 +17,7 @@ export async function checkHealth(api: ApiContext) {
   const [db, redis, storage, workers] = await Promise.all([
     check(() => api.db.raw('select 1')),
     check(() => api.redis.ping()),
-    check(() => api.storageHealth()),
+    check(() => api.storage.health()),
     api.queue.workersAlive().catch(() => 0),
   ]);
   const ok = db === 'ok' && redis === 'ok' && storage === 'ok' && workers > 0;

@@ -91,19 +91,28 @@ const ARCH_ALLOWED: Record<string, string[]> = {
 };
 
 const ARCHITECTURES: Record<string, string[]> = {
-  x64: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
+  x64: ['SCMP_ARCH_X86_64'],
   ia32: ['SCMP_ARCH_X86'],
-  arm64: ['SCMP_ARCH_AARCH64', 'SCMP_ARCH_ARM'],
+  arm64: ['SCMP_ARCH_AARCH64'],
   arm: ['SCMP_ARCH_ARM'],
 };
+const COMPAT_ARCHITECTURES: Record<string, string[]> = {
+  x64: ['SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
+  arm64: ['SCMP_ARCH_ARM'],
+};
 
-/** The box seccomp profile for this host's architecture. */
-export function defaultSeccompProfile(arch: string = process.arch): SeccompProfile {
+/**
+ * The box seccomp profile for this host's architecture. Unlike Docker's, it names only the
+ * native architecture unless `compat32` is set: runc compiles the filter again for every
+ * exec, and each extra architecture costs about 10 ms per exec here; a 32-bit system call
+ * from a box is then refused by the filter.
+ */
+export function defaultSeccompProfile(arch: string = process.arch, opts: { compat32?: boolean } = {}): SeccompProfile {
   const personalities = [0, 8, 0x20000, 0x20008, 0xffffffff];
   return {
     defaultAction: 'SCMP_ACT_ERRNO',
     defaultErrnoRet: EPERM,
-    architectures: ARCHITECTURES[arch] ?? [],
+    architectures: [...(ARCHITECTURES[arch] ?? []), ...(opts.compat32 ? COMPAT_ARCHITECTURES[arch] ?? [] : [])],
     syscalls: [
       { names: [...ALLOWED, ...(ARCH_ALLOWED[arch] ?? [])], action: 'SCMP_ACT_ALLOW' },
       // Any socket family but AF_VSOCK.

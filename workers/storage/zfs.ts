@@ -43,6 +43,7 @@ export interface BoxSnapshotInfo {
 /** A base still has box roots cloned from it; the API answers 409. */
 export class StorageInUseError extends Error {
   readonly code = 'conflict';
+  override readonly name = 'StorageInUseError';
   constructor(message: string, readonly dependents: string[]) {
     super(message);
   }
@@ -52,8 +53,8 @@ const ZFS_FUSE = '/usr/sbin/zfs-fuse';
 const ZFS_FUSE_PIDFILE = '/var/run/zfs-fuse.pid';
 // zfs-fuse can hang when its daemon wedges; a bounded wait turns that into an error.
 const CMD_TIMEOUT_MS = 120_000;
-// "dataset is busy" after use clears within ~100 ms here; 10 tries cover several seconds.
-const BUSY_TRIES = 10;
+// "dataset is busy" right after use clears within ~10-30 ms here; 12 tries cover ~6 s.
+const BUSY_TRIES = 12;
 const BASE_SNAPSHOT = 'base';
 const INTERNAL = '_';
 
@@ -62,10 +63,6 @@ const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
 
 const noop = () => {};
 
-function stderrOf(e: unknown): string {
-  if (e instanceof CommandError) return `${e.stderr}\n${e.stdout}`;
-  return e instanceof Error ? e.message : String(e);
-}
 const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
 const isBusy = (text: string) => /is busy|device busy/i.test(text);
 const isExists = (text: string) => /already exists/i.test(text);
@@ -167,12 +164,20 @@ export class ZfsStorage implements StorageDriver {
 
   async createBase(base: BaseRef, fill: (dir: string) => Promise<void>): Promise<void> {
     const ds = this.baseDataset(base);
+    // In this process a second maker waits for the first; it would otherwise see a base being
+    // filled as half-made and destroy it.
+    await serialized(ds, () => this.makeBase(ds, fill));
+  }
+
+  private async makeBase(ds: string, fill: (dir: string) => Promise<void>): Promise<void> {
     if (await this.exists(`${ds}@${BASE_SNAPSHOT}`)) return;
     if (await this.exists(ds)) {
       this.log.warn({ dataset: ds }, 'half-made base (no @base snapshot): destroying it to start again');
       await this.destroyDataset(ds);
     }
-    await this.zfs(['create', '-p', ds]);
+    await this.zfsTolerating(['create', '-p', ds.slice(0, ds.lastIndexOf('/'))], isExists);
+    // Without -p: when another process is making the same base, this fails instead of sharing it.
+    await this.zfs(['create', ds]);
     try {
       await this.ensureMounted(ds);
       await fill(await this.prop(ds, 'mountpoint'));
@@ -188,8 +193,7 @@ export class ZfsStorage implements StorageDriver {
   async destroyBase(base: BaseRef): Promise<void> {
     const ds = this.baseDataset(base);
     if (!(await this.exists(ds))) return;
-    const snap = `${ds}@${BASE_SNAPSHOT}`;
-    const dependents = await this.clonesOf(snap);
+    const dependents = await this.descendantsOf(ds);
     if (dependents.length > 0) {
       const names = dependents.map((d) => this.boxIdOf(d) ?? d);
       throw new StorageInUseError(`base ${base.name}@${base.version} is in use by ${names.length} box root(s): ${names.join(', ')}`, names);
@@ -199,7 +203,7 @@ export class ZfsStorage implements StorageDriver {
     const parent = `${this.root}/bases/${base.name}`;
     const children = await this.zfs(['list', '-H', '-o', 'name', '-r', '-d', '1', parent], true);
     if (children.exitCode === 0 && lines(children.stdout).length === 1) {
-      await this.zfs(['destroy', parent], true);
+      await this.destroyDataset(parent, false).catch((e) => this.log.warn({ dataset: parent, err: String(e) }, 'left an empty base name dataset'));
     }
   }
 
@@ -216,31 +220,34 @@ export class ZfsStorage implements StorageDriver {
 
   async createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string> {
     const ds = this.boxDataset(boxId);
-    if (await this.exists(ds)) {
-      await this.ensureMounted(ds);
-      return this.boxRootPath(boxId);
-    }
     if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);
 
+    // The common case costs one `zfs clone`; what went wrong is read from its failure.
     let origin: string;
+    let missing: string;
     let madeForkSnapshot = false;
     if (source.kind === 'base') {
       origin = `${this.baseDataset(source.base)}@${BASE_SNAPSHOT}`;
-      if (!(await this.exists(origin))) throw new Error(`base ${source.base.name}@${source.base.version} does not exist`);
+      missing = `base ${source.base.name}@${source.base.version} does not exist`;
     } else {
+      // Checked first: on a retry the source may be gone already (destroyed, fork promoted).
+      if (await this.exists(ds)) {
+        await this.ensureMounted(ds);
+        return this.boxRootPath(boxId);
+      }
       const src = this.boxDataset(source.boxId);
-      if (!(await this.exists(src))) throw new Error(`box root ${source.boxId} does not exist`);
       if (source.snapshot !== undefined) {
         checkUserSnapshot(source.snapshot);
         origin = `${src}@${source.snapshot}`;
-        if (!(await this.exists(origin))) throw new Error(`box ${source.boxId} has no snapshot ${source.snapshot}`);
+        missing = `box ${source.boxId} has no snapshot ${source.snapshot}`;
       } else {
         // Named after the new box so that a retried fork reuses its first snapshot.
         origin = `${src}@${INTERNAL}fork-${boxId}`;
-        if (!(await this.exists(origin))) {
-          await this.zfsTolerating(['snapshot', origin], isExists);
-          madeForkSnapshot = true;
-        }
+        missing = `box root ${source.boxId} does not exist`;
+        const r = await this.zfs(['snapshot', origin], true);
+        if (r.exitCode === 0) madeForkSnapshot = true;
+        else if (isMissing(r.stderr)) throw new Error(missing);
+        else if (!isExists(r.stderr)) throw new CommandError([this.zfsBin, 'snapshot', origin], r.exitCode, r.stdout, r.stderr);
       }
     }
 
@@ -248,12 +255,15 @@ export class ZfsStorage implements StorageDriver {
     if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`);
     args.push(origin, ds);
     const r = await this.zfs(args, true);
-    if (r.exitCode !== 0 && !(isExists(r.stderr) && (await this.exists(ds)))) {
-      if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
-      throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
+    // "already exists": an earlier attempt made it (an existing root is kept as it is);
+    // "successfully created, but not mounted": the clone is there, only the mount failed.
+    if (r.exitCode === 0 || isExists(r.stderr) || /successfully created/i.test(r.stderr)) {
+      if (r.exitCode !== 0) await this.ensureMounted(ds);
+      return this.boxRootPath(boxId);
     }
-    await this.ensureMounted(ds);
-    return this.boxRootPath(boxId);
+    if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
+    if (isMissing(r.stderr)) throw new Error(missing);
+    throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
   }
 
   boxRootPath(boxId: string): string {
@@ -267,17 +277,39 @@ export class ZfsStorage implements StorageDriver {
 
   async destroyBoxRoot(boxId: string): Promise<void> {
     const ds = this.boxDataset(boxId);
-    if (!(await this.exists(ds))) {
-      // A fork that failed after its fork snapshot was taken leaves that snapshot on the source.
-      await this.dropForkSnapshots(boxId);
+    for (let attempt = 1; ; attempt++) {
+      if (!(await this.exists(ds))) {
+        // A fork that failed after its fork snapshot was taken leaves that snapshot on the source.
+        await this.dropForkSnapshots(boxId);
+        return;
+      }
+      await serialized(this.pool, () => this.promoteForks(ds));
+      const origin = (await this.zfs(['get', '-Hp', '-o', 'value', 'origin', ds], true)).stdout.trim();
+      try {
+        await this.destroyDataset(ds);
+      } catch (e) {
+        // Another worker process promoted this root over its own origin meanwhile: detach again.
+        if (attempt < 3 && /dependent clones/.test(String(e))) continue;
+        throw e;
+      }
+      try {
+        fs.rmdirSync(this.boxRootPath(boxId));
+      } catch {
+        // zfs-fuse removes the mountpoint itself; kernel ZFS may leave it
+      }
+      if (origin.includes('@')) await this.dropIfUnused(origin);
       return;
     }
-    // Forks hang off this root's snapshots. `zfs promote` hands those snapshots (and every older
-    // one) to a fork, after which nothing depends on this root and it can go.
+  }
+
+  /** Forks hang off this root's snapshots. `zfs promote` hands those snapshots (and every older
+   *  one) to a fork, after which nothing depends on the root and it can go. Runs under a lock:
+   *  two of these racing would promote a fork whose origin already moved, i.e. over its base. */
+  private async promoteForks(ds: string): Promise<void> {
     for (let round = 0; ; round++) {
       const dependents = await this.snapshotClones(ds);
-      if (dependents.size === 0) break;
-      if (round >= 32) throw new Error(`box root ${boxId}: forks still depend on it after ${round} promotions`);
+      if (dependents.size === 0) return;
+      if (round >= 32) throw new Error(`box root ${ds}: forks still depend on it after ${round} promotions`);
       let newest: { snap: string; clone: string } | undefined;
       for (const snap of await this.snapshotsOf(ds)) {
         const clones = dependents.get(snap);
@@ -291,17 +323,13 @@ export class ZfsStorage implements StorageDriver {
         newest = { snap: kept, clone: clones[0] };
       }
       if (!newest) continue;
-      this.log.info({ box: boxId, fork: this.boxIdOf(newest.clone) ?? newest.clone }, 'promoting fork before destroying its origin');
+      const fork = this.boxIdOf(newest.clone);
+      if (!fork) throw new Error(`${newest.clone} is cloned from ${newest.snap} but is no box root; refusing to promote it`);
+      // Promoting a clone whose origin is no longer ours would steal its new origin's snapshots.
+      if ((await this.prop(newest.clone, 'origin')) !== newest.snap) continue;
+      this.log.info({ dataset: ds, fork }, 'promoting fork before destroying its origin');
       await this.zfs(['promote', newest.clone]);
     }
-    const origin = await this.prop(ds, 'origin');
-    await this.destroyDataset(ds);
-    try {
-      fs.rmdirSync(this.boxRootPath(boxId));
-    } catch {
-      // zfs-fuse removes the mountpoint itself; kernel ZFS may leave it
-    }
-    if (origin !== '-' && origin !== '') await this.dropIfUnused(origin);
   }
 
   async listBoxRoots(): Promise<string[]> {
@@ -316,22 +344,26 @@ export class ZfsStorage implements StorageDriver {
 
   async snapshotBoxRoot(boxId: string, snapshot: string): Promise<void> {
     checkUserSnapshot(snapshot);
-    const ds = this.boxDataset(boxId);
-    if (!(await this.exists(ds))) throw new Error(`box root ${boxId} does not exist`);
-    await this.zfsTolerating(['snapshot', `${ds}@${snapshot}`], isExists);
+    const snap = `${this.boxDataset(boxId)}@${snapshot}`;
+    const r = await this.zfs(['snapshot', snap], true);
+    if (r.exitCode === 0 || isExists(r.stderr)) return;
+    if (isMissing(r.stderr)) throw new Error(`box root ${boxId} does not exist`);
+    throw new CommandError([this.zfsBin, 'snapshot', snap], r.exitCode, r.stdout, r.stderr);
   }
 
   async destroyBoxSnapshot(boxId: string, snapshot: string): Promise<void> {
     checkUserSnapshot(snapshot);
     const snap = `${this.boxDataset(boxId)}@${snapshot}`;
-    if (!(await this.exists(snap))) return;
-    if ((await this.clonesOf(snap)).length > 0) {
-      // Forks made from it still need its blocks: take the name away, keep the data until
-      // the last fork goes (destroyBoxRoot drops unused internal origins).
-      await this.hide(snap);
-      return;
-    }
-    await this.destroySnapshot(snap);
+    await serialized(this.pool, async () => {
+      if (!(await this.exists(snap))) return;
+      if ((await this.clonesOf(snap)).length > 0) {
+        // Forks made from it still need its blocks: take the name away, keep the data until
+        // the last fork goes (destroyBoxRoot drops unused internal origins).
+        await this.hide(snap);
+        return;
+      }
+      await this.destroySnapshot(snap);
+    });
   }
 
   async listBoxSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
@@ -379,6 +411,8 @@ export class ZfsStorage implements StorageDriver {
     if (!isDaemonDown(probe.stderr)) throw new Error(`zpool list failed: ${probe.stderr.trim()}`);
     if (!fs.existsSync(ZFS_FUSE)) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
     this.log.info('starting the zfs-fuse daemon');
+    // A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word.
+    removeStalePidfile(ZFS_FUSE_PIDFILE, 'zfs-fuse');
     // zfs-fuse daemonizes itself (and closes our pipes), so this returns at once. A concurrent
     // start by another process fails here; the wait below tells whether one of them won.
     const started = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE], { allowFailure: true, timeoutMs: 30_000 });
@@ -522,6 +556,25 @@ export class ZfsStorage implements StorageDriver {
     return out;
   }
 
+  /** Every filesystem whose chain of origins leads back to `ds`: forks of forks count too,
+   *  although only the first generation is a clone of `ds` itself. */
+  private async descendantsOf(ds: string): Promise<string[]> {
+    const r = await this.zfs(['list', '-H', '-o', 'name,origin', '-t', 'filesystem', '-r', this.pool]);
+    const parent = new Map<string, string>();
+    for (const line of lines(r.stdout)) {
+      const [name, origin] = line.split('\t');
+      if (origin && origin !== '-') parent.set(name, origin.split('@')[0]);
+    }
+    return [...parent.keys()].filter((name) => {
+      const seen = new Set<string>();
+      for (let at = parent.get(name); at !== undefined && !seen.has(at); at = parent.get(at)) {
+        if (at === ds) return true;
+        seen.add(at);
+      }
+      return false;
+    });
+  }
+
   private async clonesOf(snap: string): Promise<string[]> {
     return (await this.snapshotClones(snap.split('@')[0])).get(snap) ?? [];
   }
@@ -558,12 +611,13 @@ export class ZfsStorage implements StorageDriver {
 
   /** Destroys a filesystem and its snapshots. zfs-fuse reports "dataset is busy" for a dataset
    *  that was just used, even with -f: unmount first, then retry with a short pause. */
-  private async destroyDataset(ds: string): Promise<void> {
+  private async destroyDataset(ds: string, recursive = true): Promise<void> {
+    const args = recursive ? ['destroy', '-r', ds] : ['destroy', ds];
     let attempt = 0;
-    await this.retryBusy(`zfs destroy -r ${ds}`, async () => {
+    await this.retryBusy(`zfs ${args.join(' ')}`, async () => {
       const force = attempt++ >= BUSY_TRIES / 2;
       await this.zfs(force ? ['umount', '-f', ds] : ['umount', ds], true);
-      const r = await this.zfs(['destroy', '-r', ds], true);
+      const r = await this.zfs(args, true);
       return r.exitCode === 0 || isMissing(r.stderr) ? null : r;
     });
   }
@@ -574,7 +628,7 @@ export class ZfsStorage implements StorageDriver {
       const r = await attempt();
       if (r === null) return;
       if (!isBusy(r.stderr) || i >= BUSY_TRIES) throw new Error(`${what} failed: ${r.stderr.trim() || r.stdout.trim()}`);
-      await sleep(Math.min(50 * 2 ** (i - 1), 1000));
+      await sleep(Math.min(25 * 2 ** (i - 1), 1000));
     }
   }
 }
@@ -618,4 +672,32 @@ function removeEmptyDirs(dir: string): void {
   } catch {
     // not empty: something that is not ours stays
   }
+}
+
+const locks = new Map<string, Promise<unknown>>();
+
+/** Runs `fn` after every earlier call with the same key in this process has finished. */
+function serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  const next = (locks.get(key) ?? Promise.resolve()).then(fn, fn);
+  const settled = next.catch(noop);
+  locks.set(key, settled);
+  void settled.then(() => {
+    if (locks.get(key) === settled) locks.delete(key);
+  });
+  return next;
+}
+
+function removeStalePidfile(pidfile: string, comm: string): void {
+  let pid: string;
+  try {
+    pid = fs.readFileSync(pidfile, 'utf8').trim();
+  } catch {
+    return;
+  }
+  try {
+    if (/^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === comm) return;
+  } catch {
+    // no such process
+  }
+  fs.rmSync(pidfile, { force: true });
 }

@@ -1,0 +1,29 @@
+import Joi from 'joi';
+import { defineRoute } from '../../http/route';
+import { name, stringMap } from '../../http/schemas';
+import { waitQuery } from '../../http/operation';
+import { createBox, CreateBoxRequest } from '../../services/boxes';
+import { acceptedResponses, configSchema, mountPath, projectParams } from './schemas';
+
+export default defineRoute<CreateBoxRequest, { wait?: number }, { project: string }>({
+  method: 'post',
+  path: '/v1/projects/{project}/boxes',
+  summary: 'Create a box from a base, or fork one (`fork: "box"` or `"box@snapshot"`)',
+  tag: 'boxes',
+  params: projectParams,
+  query: Joi.object(waitQuery),
+  body: Joi.object({
+    name: name().required(),
+    base: Joi.string().pattern(/^[a-z0-9-]+(@[a-z0-9.-]+)?$/).allow(null),
+    config: configSchema.allow(null),
+    data_mounts: Joi.array().items(Joi.object({ name: name().required(), path: mountPath().required(), read_only: Joi.boolean().default(false) })).allow(null),
+    env_from: Joi.array().items(Joi.object({ alias: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_]*$/).required(), box: name().required() })).allow(null),
+    environment: stringMap().allow(null),
+    fork: Joi.string().pattern(/^[a-z0-9-]+(@[a-z0-9-]+)?$/).allow(null),
+    lifecycle: Joi.string().allow(null),
+    pack: name().allow(null),
+    tags: stringMap().allow(null),
+  }),
+  responses: { ...acceptedResponses, 409: { description: 'the name is taken' } },
+  handler: async ({ api, identity, params, body, query }) => createBox(api, identity, params.project, body, query.wait),
+});

@@ -1,0 +1,32 @@
+import Joi from 'joi';
+import { defineRoute } from '../../http/route';
+import { stringMap } from '../../http/schemas';
+import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS } from '../../services/exec';
+import { boxParams, BoxParams } from './schemas';
+
+export default defineRoute<ExecRequest, unknown, BoxParams>({
+  method: 'post',
+  path: '/v1/projects/{project}/boxes/{name}/exec',
+  summary: 'Run a command in a running box and answer its exit code and output',
+  tag: 'exec',
+  params: boxParams,
+  body: Joi.object({
+    command: Joi.array().items(Joi.string().max(65536)).min(1).max(4096).required(),
+    cwd: Joi.string().pattern(/^\//).max(4096).messages({ 'string.pattern.base': 'must be an absolute path' }),
+    env: stringMap(),
+    no_hup: Joi.boolean().default(false),
+    shell: Joi.boolean().default(false),
+    tty: Joi.boolean().default(false),
+    user: Joi.string().pattern(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/),
+    timeout_secs: Joi.number().integer().min(1).max(24 * 3600).default(DEFAULT_EXEC_TIMEOUT_SECS),
+  }),
+  responses: {
+    200: {
+      description: 'the result (exit_code 124 when the timeout killed it; -1 and detached with no_hup)',
+      schema: Joi.object({ detached: Joi.boolean(), exit_code: Joi.number().integer(), process: Joi.number().integer(), stdout: Joi.string().allow(''), stderr: Joi.string().allow(''), truncated: Joi.boolean() }),
+    },
+    404: { description: 'no such box' },
+    409: { description: 'the box is not running' },
+  },
+  handler: async ({ api, identity, params, body }) => ({ body: await execInBox(api, identity, params.project, params.name, body) }),
+});

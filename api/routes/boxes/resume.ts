@@ -1,0 +1,16 @@
+import Joi from 'joi';
+import { defineRoute } from '../../http/route';
+import { waitQuery } from '../../http/operation';
+import { changeBoxState } from '../../services/boxes';
+import { acceptedResponses, boxParams, BoxParams } from './schemas';
+
+export default defineRoute<unknown, { wait?: number }, BoxParams>({
+  method: 'post',
+  path: '/v1/projects/{project}/boxes/{name}/resume',
+  summary: 'Start a stopped box again',
+  tag: 'boxes',
+  params: boxParams,
+  query: Joi.object(waitQuery),
+  responses: acceptedResponses,
+  handler: async ({ api, identity, params, query }) => changeBoxState(api, identity, params.project, params.name, 'resume', query.wait),
+});

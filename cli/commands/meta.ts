@@ -1,0 +1,49 @@
+import type { Command } from 'commander';
+import { clientVersion } from '../client';
+import { action } from '../context';
+import { printFields, say } from '../output';
+
+interface VersionInfo {
+  api_version: string;
+  version: string;
+  commit: string;
+}
+
+interface Health {
+  status: 'ok' | 'degraded';
+  checks: Record<string, string | number>;
+}
+
+export function register(program: Command): void {
+  program
+    .command('version')
+    .description('show the version of this client and of the server (GET /version)')
+    .action(
+      action(async (ctx) => {
+        const { body } = await ctx.client.get<VersionInfo>('/version');
+        ctx.show(body, (v) =>
+          printFields([
+            ['client', clientVersion()],
+            ['server', v.version],
+            ['commit', v.commit],
+            ['api', v.api_version],
+            ['url', ctx.client.endpoint.url],
+          ]),
+        );
+      }),
+    );
+
+  program
+    .command('health')
+    .description('show the health of the server and what it depends on (GET /healthz); exits 1 when degraded')
+    .action(
+      action(async (ctx) => {
+        const res = await ctx.client.get<Health>('/healthz', { accept: [503] });
+        ctx.show(res.body, (h) => {
+          say(`status: ${h.status}`);
+          for (const [k, v] of Object.entries(h.checks ?? {})) say(`  ${k}: ${v}`);
+        });
+        if (res.status !== 200) ctx.exit(1);
+      }),
+    );
+}

@@ -1,0 +1,64 @@
+import type { Command } from 'commander';
+import { apiPath } from '../client';
+import { action, int, list } from '../context';
+import { formatList, formatTime, printTable, say } from '../output';
+
+interface Token {
+  id: string;
+  name: string;
+  projects: string[] | null;
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+  /** Only in the create answer. */
+  token?: string;
+}
+
+export function register(program: Command): void {
+  const tokens = program.command('token').description('API tokens');
+
+  tokens
+    .command('create <name>')
+    .description('create an API token (POST /v1/tokens); the secret is shown once, only here')
+    .option('--project <project>', 'limit the token to this project (repeatable, or comma-separated)', list)
+    .option('--expires-in <seconds>', 'expire the token after this many seconds', int(1))
+    .action(
+      action<{ project?: string[]; expiresIn?: number }>(async (ctx, [name], opts) => {
+        const { body } = await ctx.client.post<Token>('/v1/tokens', { name, projects: opts.project, expires_in: opts.expiresIn });
+        ctx.show(body, (t) => {
+          say(`created token ${t.name} (id ${t.id}, projects: ${formatList(t.projects) || 'all'}, expires: ${formatTime(t.expires_at) || 'never'})`);
+          say('');
+          say('Secret (shown only this once, store it now):');
+          say('');
+          say(`    ${t.token}`);
+          say('');
+        });
+      }),
+    );
+
+  tokens
+    .command('ls')
+    .description('list API tokens, never their secrets (GET /v1/tokens)')
+    .action(
+      action(async (ctx) => {
+        const { body } = await ctx.client.get<{ tokens: Token[] }>('/v1/tokens');
+        ctx.show(body, ({ tokens }) =>
+          printTable(
+            ['ID', 'NAME', 'PROJECTS', 'CREATED', 'EXPIRES', 'LAST USED'],
+            tokens.map((t) => [t.id, t.name, formatList(t.projects) || '(all)', formatTime(t.created_at), formatTime(t.expires_at) || 'never', formatTime(t.last_used_at) || 'never']),
+            'no tokens (besides the bootstrap admin token)',
+          ),
+        );
+      }),
+    );
+
+  tokens
+    .command('rm <id>')
+    .description('revoke an API token (DELETE /v1/tokens/{id})')
+    .action(
+      action(async (ctx, [id]) => {
+        await ctx.client.delete(apiPath('v1', 'tokens', id));
+        if (!ctx.json) say(`revoked token ${id}`);
+      }),
+    );
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from 'commander';
+import { ApiError, clientVersion, configPath, ConnectionError, UsageError } from './client';
+import { printError } from './output';
+import * as meta from './commands/meta';
+import * as targets from './commands/targets';
+import * as tokens from './commands/tokens';
+import * as auth from './commands/auth';
+import * as grants from './commands/grants';
+import * as operations from './commands/operations';
+import * as projects from './commands/projects';
+import * as boxes from './commands/boxes';
+import * as exec from './commands/exec';
+
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, targets];
+
+const ENV_HELP = `
+Where box connects (each flag > environment > target):
+  --url / $BOXHOST_URL, --token / $BOXHOST_TOKEN, else the target (--target or the current one)
+  in $BOXHOST_CONFIG, $XDG_CONFIG_HOME/boxhost/config.json or ~/.config/boxhost/config.json
+  (now: ${configPath()}); with nothing set, http://127.0.0.1:8080.
+  A target's token is only sent to that target's url.
+Box commands use -p/--project, else $BOXHOST_PROJECT, else "default".
+Exit codes: 0 success, 1 a failed call (the server's message on stderr), 2 a usage error;
+  box exec exits with the command's exit code.`;
+
+/** The whole `box` program; every command is one API call (the `target` commands make none). */
+export function buildProgram(): Command {
+  const program = new Command('box')
+    .description(`client of the boxhost API (v${clientVersion()})`)
+    // Settings inherited by every subcommand below: set before they are added.
+    .exitOverride()
+    .showHelpAfterError('(add --help for usage)')
+    .configureHelp({ showGlobalOptions: true, sortSubcommands: false })
+    .option('--target <name>', 'use this target of the config file instead of the current one')
+    .option('--url <url>', 'base url of the api (overrides $BOXHOST_URL and the target)')
+    .option('--token <token>', 'bearer token (overrides $BOXHOST_TOKEN and the target)')
+    .option('--json', "print the API's JSON answer as is (pretty)")
+    .addHelpText('after', ENV_HELP);
+  for (const m of modules) m.register(program);
+  return program;
+}
+
+/** Prints what went wrong and answers the exit code: 2 for usage errors, 1 for the rest. */
+export function reportError(e: unknown): number {
+  if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2; // commander printed it already
+  if (e instanceof UsageError) {
+    printError({ message: e.message, hint: '(add --help for usage)' });
+    return 2;
+  }
+  if (e instanceof ApiError || e instanceof ConnectionError) {
+    printError(e);
+    return 1;
+  }
+  printError({ message: e instanceof Error ? e.message : String(e) });
+  return 1;
+}
+
+export async function main(argv = process.argv): Promise<void> {
+  // `box ls | head` closes the pipe early: that is not an error.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    throw e;
+  });
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (e) {
+    process.exitCode = reportError(e);
+  }
+}
+
+if (require.main === module) void main();

@@ -1,0 +1,82 @@
+/** Everything `box` prints goes through here: JSON, tables, key/value views, progress, errors. */
+
+export type Cell = string | number | boolean | null | undefined;
+
+const out = (s: string) => process.stdout.write(s);
+const err = (s: string) => process.stderr.write(s);
+
+/** `--json`: the api's answer as is, pretty. */
+export function printJson(value: unknown): void {
+  if (value === undefined) return;
+  out(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+const cellText = (c: Cell) => (c === null || c === undefined || c === '' ? '-' : String(c));
+
+/** A plain column-aligned table with a header row; `empty` is printed instead when there are no rows. */
+export function printTable(headers: string[], rows: Cell[][], empty?: string): void {
+  if (!rows.length && empty !== undefined) return say(empty);
+  const text = rows.map((r) => r.map(cellText));
+  const widths = headers.map((h, i) => Math.max(h.length, ...text.map((r) => r[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]))).join('  ');
+  out(`${[line(headers), ...text.map(line)].join('\n')}\n`);
+}
+
+/** A record as aligned `key: value` lines; undefined values are left out, null shows as `-`. */
+export function printFields(fields: [string, Cell][]): void {
+  const shown = fields.filter(([, v]) => v !== undefined);
+  const width = Math.max(0, ...shown.map(([k]) => k.length)) + 1;
+  out(`${shown.map(([k, v]) => `${`${k}:`.padEnd(width)} ${cellText(v)}`).join('\n')}\n`);
+}
+
+/** Prints a line on stdout (human output). */
+export function say(line: string): void {
+  out(`${line}\n`);
+}
+
+/** Prints a line on stderr (notes that are not the answer: hints, next-page tokens). */
+export function note(line: string): void {
+  err(`${line}\n`);
+}
+
+/** `{a: "1", b: "2"}` → `a=1,b=2`. */
+export const formatMap = (m: Record<string, string> | null | undefined) =>
+  m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}=${v}`).join(',') : '';
+
+export const formatList = (l: string[] | null | undefined) => (l && l.length ? l.join(',') : '');
+
+/** RFC 3339 with milliseconds → `2026-11-22 04:06:27Z`, compact for tables. */
+export const formatTime = (ts: string | null | undefined) => (ts ? ts.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '');
+
+/** A progress line on stderr: rewritten in place on a terminal, one line per change otherwise. */
+export class Progress {
+  private last = '';
+  private readonly tty = Boolean(process.stderr.isTTY);
+
+  update(text: string): void {
+    if (text === this.last) return;
+    this.last = text;
+    if (this.tty) err(`\r\x1b[K${text}`);
+    else err(`${text}\n`);
+  }
+
+  /** Ends the in-place line (with a final text when given). */
+  done(text?: string): void {
+    if (text !== undefined) this.update(text);
+    if (this.tty && this.last) err('\n');
+    this.last = '';
+  }
+}
+
+export interface PrintableError {
+  message: string;
+  details?: { field: string; issue: string }[];
+  hint?: string;
+}
+
+/** `error: <message>`, then each detail as `  <field>: <issue>`, then a hint. */
+export function printError(e: PrintableError): void {
+  const lines = [`error: ${e.message}`, ...(e.details ?? []).map((d) => `  ${d.field}: ${d.issue}`)];
+  if (e.hint) lines.push(e.hint);
+  err(`${lines.join('\n')}\n`);
+}

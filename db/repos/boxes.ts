@@ -1,0 +1,109 @@
+import type { Db } from '../knex';
+import { fromJson, toJson } from '../json';
+import { now } from '../../core/ids';
+
+/** Box `status` values (DESIGN.md §3). */
+export type BoxStatus = 'creating' | 'running' | 'stopping' | 'stopped' | 'resuming' | 'restoring' | 'deleting' | 'failed';
+
+export interface BoxConfig {
+  cpus: number;
+  ram_mb: number;
+  region: string;
+  storage_gb: number;
+}
+
+export interface DataMount {
+  name: string;
+  path: string;
+  read_only: boolean;
+}
+
+export interface BoxRow {
+  id: string;
+  project: string;
+  name: string;
+  status: BoxStatus;
+  error: string | null;
+  base: string | null;
+  fork: string | null;
+  config: string;
+  environment: string | null;
+  tags: string | null;
+  data_mounts: string | null;
+  lifecycle: string | null;
+  pack: string | null;
+  pack_rev: string | null;
+  rollback_to: string | null;
+  termination_grace_period_seconds: number | null;
+  url_settings: string | null;
+  node: string;
+  address: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A box row with its JSON columns decoded: what services and jobs work with. */
+export interface BoxRecord extends Omit<BoxRow, 'config' | 'environment' | 'tags' | 'data_mounts' | 'url_settings'> {
+  config: BoxConfig;
+  environment: Record<string, string>;
+  tags: Record<string, string>;
+  data_mounts: DataMount[];
+  url_settings: { auth: string } | null;
+}
+
+export const decodeBox = (r: BoxRow): BoxRecord => ({
+  ...r,
+  config: JSON.parse(r.config),
+  environment: fromJson<Record<string, string>>(r.environment) ?? {},
+  tags: fromJson<Record<string, string>>(r.tags) ?? {},
+  data_mounts: fromJson<DataMount[]>(r.data_mounts) ?? [],
+  url_settings: fromJson(r.url_settings),
+});
+
+const encode = (b: Partial<BoxRecord>): Partial<BoxRow> => {
+  const out: Record<string, unknown> = { ...b };
+  for (const k of ['config', 'environment', 'tags', 'data_mounts', 'url_settings'] as const) {
+    if (k in b) out[k] = k === 'config' ? JSON.stringify(b[k]) : toJson(b[k]);
+  }
+  return out as Partial<BoxRow>;
+};
+
+/** The keyset a list page continues after: (project, name). */
+export interface ListCursor {
+  project: string;
+  name: string;
+}
+
+export interface ListFilter {
+  projects: string[] | null;
+  prefix?: string;
+  after?: ListCursor;
+  limit: number;
+}
+
+export const boxesRepo = {
+  get: async (db: Db, project: string, name: string) => {
+    const r = await db<BoxRow>('boxes').where({ project, name }).first();
+    return r ? decodeBox(r) : undefined;
+  },
+  byId: async (db: Db, id: string) => {
+    const r = await db<BoxRow>('boxes').where({ id }).first();
+    return r ? decodeBox(r) : undefined;
+  },
+  insert: (db: Db, b: BoxRecord) => db<BoxRow>('boxes').insert(encode(b) as BoxRow),
+  update: (db: Db, id: string, patch: Partial<BoxRecord>) => db<BoxRow>('boxes').where({ id }).update({ ...encode(patch), updated_at: now() }),
+  remove: (db: Db, id: string) => db<BoxRow>('boxes').where({ id }).delete(),
+  onNode: async (db: Db, node: string) => (await db<BoxRow>('boxes').where({ node })).map(decodeBox),
+  /** One page of boxes in (project, name) order, after the cursor. */
+  async page(db: Db, f: ListFilter): Promise<BoxRecord[]> {
+    const q = db<BoxRow>('boxes').orderBy([{ column: 'project' }, { column: 'name' }]).limit(f.limit);
+    if (f.projects) q.whereIn('project', f.projects);
+    // Prefixes are validated to [a-z0-9-]: no LIKE wildcard can reach here.
+    if (f.prefix) q.where('name', 'like', `${f.prefix}%`);
+    if (f.after) {
+      const { project, name } = f.after;
+      q.where((w) => w.where('project', '>', project).orWhere((w2) => w2.where('project', project).andWhere('name', '>', name)));
+    }
+    return (await q).map(decodeBox);
+  },
+};

@@ -1,0 +1,416 @@
+import t from 'tap';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { run } from '../core/command';
+import { fillBusyboxRootfs, busyboxVersion } from '../workers/bases/busyboxRootfs';
+import type { ContainerSpec } from '../workers/drivers';
+import { buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
+import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } from '../workers/runtime/runc';
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const hostTag = crypto.randomBytes(3).toString('hex');
+const dataDir = fs.mkdtempSync('/var/tmp/boxhost-runc-test-');
+const runtime = new RuncRuntime({ dataDir, hostTag });
+const netnsNames: string[] = [];
+const boxIds: string[] = [];
+
+/** A box with a plain directory root (no ZFS) and an empty network namespace of its own. */
+async function makeBox(boxId: string, extra: Partial<ContainerSpec> = {}): Promise<ContainerSpec> {
+  const rootfs = path.join(dataDir, 'roots', boxId);
+  if (!fs.existsSync(rootfs)) {
+    fs.mkdirSync(rootfs, { recursive: true });
+    await fillBusyboxRootfs(rootfs);
+  }
+  const ns = `bh${hostTag}-${boxId}`;
+  if (!fs.existsSync(`/run/netns/${ns}`)) {
+    await run(['ip', 'netns', 'add', ns]);
+    netnsNames.push(ns);
+  }
+  if (!boxIds.includes(boxId)) boxIds.push(boxId);
+  return {
+    boxId,
+    hostname: `host-${boxId}`,
+    rootfs,
+    netnsPath: `/run/netns/${ns}`,
+    cpus: 1,
+    ramMb: 64,
+    environment: { GREETING: "it's a box", EMPTY: '' },
+    mounts: [],
+    ...extra,
+  };
+}
+
+t.teardown(async () => {
+  for (const id of boxIds) await runtime.remove(id).catch(() => undefined);
+  for (const ns of netnsNames) await run(['ip', 'netns', 'delete', ns], { allowFailure: true });
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+t.test('busybox rootfs and base version', async (t) => {
+  const dir = path.join(dataDir, 'rootfs-check');
+  fs.mkdirSync(dir);
+  await fillBusyboxRootfs(dir);
+  t.ok(fs.statSync(path.join(dir, 'bin/busybox')).isFile());
+  t.equal(fs.readlinkSync(path.join(dir, 'bin/sh')), 'busybox');
+  t.equal(fs.readlinkSync(path.join(dir, 'usr/bin/wget')), '../../bin/busybox');
+  t.match(fs.readFileSync(path.join(dir, 'etc/passwd'), 'utf8'), /^box:x:1000:1000:[^:]*:\/home\/box:/m);
+  t.match(fs.readFileSync(path.join(dir, 'etc/passwd'), 'utf8'), /^nobody:x:65534:65534:/m);
+  t.equal(fs.statSync(path.join(dir, 'tmp')).mode & 0o7777, 0o1777);
+  t.equal(fs.statSync(path.join(dir, 'home/box')).uid, 1000);
+  for (const d of ['root', 'proc', 'sys', 'dev', 'run', 'etc/boxes']) t.ok(fs.statSync(path.join(dir, d)).isDirectory(), d);
+  t.match(await busyboxVersion(), /^[0-9a-f]{12}$/);
+  fs.rmSync(dir, { recursive: true });
+});
+
+t.test('OCI spec', async (t) => {
+  const input = {
+    rootfs: '/r', hostname: 'h1', netnsPath: '/run/netns/x', cgroupsPath: '/bhx-y', cpus: 1.5, ramMb: 100,
+    environment: { A: 'b' }, mounts: [{ source: '/data/v', destination: '/data', readOnly: true }],
+    tiniPath: '/usr/bin/tini-static', busyboxPath: '/usr/bin/busybox', nofileHard: 20000,
+  };
+  const spec = buildOciSpec(input) as any;
+  t.same(spec.process.capabilities.bounding, DEFAULT_CAPABILITIES);
+  t.equal(spec.process.noNewPrivileges, true);
+  t.same(spec.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }]);
+  t.equal(spec.linux.resources.memory.limit, 100 * 1024 * 1024);
+  t.equal(spec.linux.resources.memory.swap, 100 * 1024 * 1024);
+  t.same(spec.linux.resources.cpu, { quota: 150000, period: 100000 });
+  t.same(spec.linux.namespaces.find((n: any) => n.type === 'network'), { type: 'network', path: '/run/netns/x' });
+  t.ok(spec.process.env.includes('A=b'));
+  t.equal(spec.process.args[0], '/.boxhost/tini');
+  t.ok(spec.mounts.find((m: any) => m.destination === '/data' && m.options.includes('ro')));
+  t.ok(spec.mounts.find((m: any) => m.destination === '/sys' && m.options.includes('ro')));
+  t.ok(spec.linux.maskedPaths.includes('/proc/kcore'));
+  t.equal(spec.linux.seccomp.defaultAction, 'SCMP_ACT_ERRNO');
+  t.throws(() => buildOciSpec({ ...input, hostname: 'bad host' }));
+  t.throws(() => buildOciSpec({ ...input, environment: { 'A=B': 'x' } }));
+  t.throws(() => buildOciSpec({ ...input, mounts: [{ source: '/x', destination: '/a/../etc', readOnly: false }] }));
+});
+
+t.test('a box runs', async (t) => {
+  const spec = await makeBox('alpha');
+  const starts: number[] = [];
+  const t0 = Date.now();
+  await runtime.start(spec);
+  starts.push(Date.now() - t0);
+  t.equal(await runtime.status('alpha'), 'running');
+  const pid1 = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId('alpha')])).stdout).pid;
+  await runtime.start(spec); // idempotent: left alone
+  const pid2 = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId('alpha')])).stdout).pid;
+  t.equal(pid2, pid1, 'a running box is left alone');
+  t.same(await runtime.list(), [{ boxId: 'alpha', status: 'running' }]);
+
+  const ex = async (command: string[], opts = {}) => runtime.exec('alpha', { command, ...opts });
+
+  t.test('hostname', async (t) => {
+    t.equal((await ex(['hostname'])).stdout, 'host-alpha\n');
+    t.equal((await ex(['cat', '/etc/hostname'])).stdout, 'host-alpha\n');
+  });
+
+  t.test('ps shows only the box', async (t) => {
+    const out = (await ex(['ps', '-o', 'pid,args'])).stdout.trim().split('\n').slice(1);
+    t.match(out[0], /^\s*1 \/\.boxhost\/tini /);
+    t.ok(out.length <= 4, `few processes: ${out.join(' | ')}`);
+    t.ok(out.every((l) => /tini|sleep|ps -o|boxhost-exec/.test(l)), out.join(' | '));
+  });
+
+  t.test('isolation', async (t) => {
+    const mnt = await ex(['mount', '-t', 'tmpfs', 'none', '/mnt']);
+    t.not(mnt.exitCode, 0, 'mount fails');
+    const mnt2 = await ex(['mount', '--bind', '/tmp', '/mnt']);
+    t.not(mnt2.exitCode, 0, 'bind mount fails');
+    const sys = await ex(['sh', '-c', 'echo 1 > /sys/kernel/uevent_helper']);
+    t.not(sys.exitCode, 0, 'writing /sys fails');
+    t.match(sys.stderr, /Read-only file system/);
+    t.not((await ex(['mkdir', '/sys/fs/cgroup/memory/x'])).exitCode, 0, 'cgroupfs read-only');
+    t.not((await ex(['sh', '-c', 'echo 1 > /proc/sys/kernel/ns_last_pid'])).exitCode, 0, '/proc/sys read-only');
+    t.equal((await ex(['cat', '/proc/kcore'])).stdout, '', '/proc/kcore masked');
+    const status = (await ex(['cat', '/proc/self/status'])).stdout;
+    t.match(status, /^NoNewPrivs:\s+1$/m);
+    t.match(status, /^Seccomp:\s+2$/m);
+    t.match(status, /^CapEff:\s+00000000a80425fb$/m, "Docker's default capabilities");
+    t.not((await ex(['unshare', '-n', 'true'])).exitCode, 0, 'unshare fails');
+    t.not((await ex(['hostname', 'other'])).exitCode, 0, 'sethostname fails');
+    t.equal((await ex(['hostname'])).stdout, 'host-alpha\n');
+  });
+
+  t.test('/etc/boxes-env and environment', async (t) => {
+    const env = (await ex(['cat', '/etc/boxes-env'])).stdout;
+    t.equal(env, "EMPTY=''\nGREETING='it'\\''s a box'\n");
+    t.equal(env, renderBoxesEnv(spec.environment));
+    const sourced = await ex(['sh', '-c', 'unset GREETING; . /etc/boxes-env; echo "$GREETING"']);
+    t.equal(sourced.stdout, "it's a box\n");
+    t.equal((await ex(['sh', '-c', 'echo "$GREETING"'])).stdout, "it's a box\n", 'in the process env too');
+  });
+
+  t.test('exec basics', async (t) => {
+    const r = await ex(['sh', '-c', 'echo out; echo err >&2; exit 3']);
+    t.equal(r.exitCode, 3);
+    t.equal(r.stdout, 'out\n');
+    t.equal(r.stderr, 'err\n');
+    t.equal(r.detached, false);
+    t.ok(r.pid > 0);
+    t.equal((await ex(['true'])).exitCode, 0);
+    t.equal((await ex(['false'])).exitCode, 1);
+    const nf = await ex(['no-such-command']);
+    t.equal(nf.exitCode, 127);
+    t.match(nf.stderr, /not found/);
+    t.equal((await ex(['/no/such/path'])).exitCode, 127);
+    t.equal((await ex(['sh', '-c', 'kill -9 $$'])).exitCode, 137, 'killed by a signal: 128+n');
+    const e = await ex(['sh', '-c', 'echo "$FOO|$GREETING|$HOME"'], { env: { FOO: 'a b$c', GREETING: 'over' } });
+    t.equal(e.stdout, 'a b$c|over|/root\n');
+    t.equal((await ex(['pwd'])).stdout, '/\n');
+    t.equal((await ex(['pwd'], { cwd: '/tmp' })).stdout, '/tmp\n');
+    t.equal((await ex(['cat'], { stdin: Buffer.from('piped\ninput') })).stdout, 'piped\ninput');
+    const args = ['a b', '', "q'uote", '$(echo no)', '*'];
+    t.equal((await ex(['sh', '-c', 'for a in "$@"; do echo "[$a]"; done', 'sh', ...args])).stdout, args.map((a) => `[${a}]\n`).join(''));
+    await t.rejects(ex(['pwd'], { cwd: '/no/such/dir' }), ExecInputError);
+    await t.rejects(ex(['pwd'], { cwd: 'tmp' }), ExecInputError);
+    await t.rejects(ex([]), ExecInputError);
+    await t.rejects(runtime.exec('nosuchbox', { command: ['true'] }), /not running/);
+  });
+
+  t.test('exec users', async (t) => {
+    const box = await ex(['sh', '-c', 'id -u; id -g; echo $HOME; pwd'], { user: 'box', cwd: '/home/box' });
+    t.equal(box.stdout, '1000\n1000\n/home/box\n/home/box\n');
+    t.equal((await ex(['id', '-u'], { user: '65534' })).stdout, '65534\n');
+    t.equal((await ex(['id', '-g'], { user: 'nobody' })).stdout, '65534\n');
+    t.equal((await ex(['id', '-u'], { user: '1234:1234' })).stdout, '1234\n');
+    t.equal((await ex(['id', '-G'], { user: 'box:daemon' })).stdout, '1\n');
+    await t.rejects(ex(['id'], { user: 'nosuchuser' }), ExecInputError);
+    await t.rejects(ex(['id'], { user: 'a:b:c' }), ExecInputError);
+    const denied = await ex(['sh', '-c', 'echo x > /root/f'], { user: 'box' });
+    t.not(denied.exitCode, 0, 'a normal user cannot write /root');
+    await t.rejects(ex(['true'], { user: 'box', cwd: '/root' }), ExecInputError, 'a cwd the user cannot enter');
+  });
+
+  t.test('exec user lookup never leaves the box', async (t) => {
+    // A box whose /etc/passwd is a symlink to the host's: resolved inside the box, it points
+    // at the box's own file, never the host's.
+    const root = spec.rootfs;
+    const hostPasswd = path.join(dataDir, 'host-passwd');
+    fs.writeFileSync(hostPasswd, 'evil:x:4242:4242::/:/bin/sh\n');
+    fs.renameSync(path.join(root, 'etc/passwd'), path.join(root, 'etc/passwd.real'));
+    fs.symlinkSync(hostPasswd, path.join(root, 'etc/passwd'));
+    try {
+      await t.rejects(ex(['id'], { user: 'evil' }), ExecInputError);
+    } finally {
+      fs.unlinkSync(path.join(root, 'etc/passwd'));
+      fs.renameSync(path.join(root, 'etc/passwd.real'), path.join(root, 'etc/passwd'));
+    }
+    t.equal((await ex(['id', '-u'], { user: 'box' })).stdout, '1000\n');
+  });
+
+  t.test('exec tty', async (t) => {
+    const r = await ex(['sh', '-c', 'tty; echo out; echo err >&2; exit 4'], { tty: true });
+    t.equal(r.exitCode, 4);
+    t.match(r.stdout, /^\/dev\/pts\/\d+\r\nout\r\nerr\r\n$/);
+    t.equal(r.stderr, '');
+    t.equal((await ex(['stty', 'size'], { tty: true })).stdout, '24 80\r\n');
+    const cat = await ex(['cat'], { tty: true, stdin: Buffer.from('one\ntwo\n') });
+    t.equal(cat.exitCode, 0, 'EOF reaches the process');
+    t.match(cat.stdout, /one\r\ntwo\r\n/);
+    t.equal((await ex(['true'], { tty: true, user: 'box', cwd: '/home/box' })).exitCode, 0);
+    await t.rejects(ex(['true'], { tty: true, cwd: '/nope' }), ExecInputError);
+  });
+
+  t.test('exec detach', async (t) => {
+    const t0 = Date.now();
+    const r = await ex(['sleep', '300'], { detach: true });
+    t.ok(Date.now() - t0 < 2000, 'answers at once');
+    t.equal(r.exitCode, -1);
+    t.equal(r.detached, true);
+    t.ok(r.pid > 0);
+    t.match(fs.readFileSync(`/proc/${r.pid}/cmdline`, 'utf8'), /^sleep\0300\0$/, 'the host pid of the process');
+    const ps = (await ex(['ps', '-o', 'ppid,args'])).stdout;
+    t.match(ps, /^\s*1\s+sleep 300$/m, 'a child of the box init');
+    await t.rejects(ex(['sleep', '1'], { detach: true, cwd: '/nope' }), ExecInputError);
+    const d2 = await ex(['sh', '-c', 'echo hi > /tmp/detached-out'], { detach: true, cwd: '/tmp' });
+    t.equal(d2.exitCode, -1);
+    await new Promise((r) => setTimeout(r, 300));
+    t.equal((await ex(['cat', '/tmp/detached-out'])).stdout, 'hi\n');
+    await ex(['kill', String(r.pid)]).catch(() => undefined);
+  });
+
+  t.test('exec timeout', async (t) => {
+    const t0 = Date.now();
+    const r = await ex(['sh', '-c', 'echo started; sleep 30; echo never'], { timeoutMs: 500 });
+    t.equal(r.exitCode, 124);
+    t.equal(r.stdout, 'started\n');
+    t.ok(Date.now() - t0 < 5000, `ended soon (${Date.now() - t0} ms)`);
+    const ps = (await ex(['ps', '-o', 'args'])).stdout;
+    t.notMatch(ps, /sleep 30/, 'the process and its children are gone');
+    const tt = await ex(['sleep', '30'], { timeoutMs: 300, tty: true });
+    t.equal(tt.exitCode, 124);
+    t.notMatch((await ex(['ps', '-o', 'args'])).stdout, /sleep 30/);
+  });
+
+  t.test('exec output', async (t) => {
+    const seq = await ex(['seq', '1', '200000']);
+    let want = '';
+    for (let i = 1; i <= 200000; i++) want += `${i}\n`;
+    t.equal(seq.stdout.length, want.length);
+    t.ok(seq.stdout === want, 'nothing lost under the cap');
+    t.equal(seq.truncated, false);
+    const big = await ex(['sh', '-c', `head -c ${EXEC_OUTPUT_CAP_BYTES + 100000} /dev/zero | tr '\\0' x; echo done >&2`]);
+    t.equal(big.exitCode, 0);
+    t.equal(big.stdout.length, EXEC_OUTPUT_CAP_BYTES);
+    t.equal(big.truncated, true);
+    t.equal(big.stderr, 'done\n');
+    const bg = await ex(['sh', '-c', 'sleep 20 & echo fg']);
+    t.equal(bg.stdout, 'fg\n', 'a background child holding stdout does not hold the answer');
+  });
+
+  t.test('exec cwd never reaches the host (CVE-2024-21626 class)', async (t) => {
+    const marker = `boxhost-host-marker-${crypto.randomBytes(4).toString('hex')}`;
+    const hostDir = fs.mkdtempSync(path.join(dataDir, 'hostcwd-'));
+    for (const d of [hostDir, dataDir, runtime.root, runtime.bundlePath('alpha'), path.join(dataDir, 'exec')]) {
+      fs.mkdirSync(d, { recursive: true });
+      fs.writeFileSync(path.join(d, marker), 'host');
+    }
+    const oldCwd = process.cwd();
+    process.chdir(hostDir);
+    // A symlink in the box pointing at a leaked fd, too.
+    fs.symlinkSync('/proc/self/fd/7', path.join(spec.rootfs, 'tmp/esc'));
+    try {
+      const cwds = [...Array.from({ length: 18 }, (_, i) => `/proc/self/fd/${i + 3}`), '/tmp/esc', '/proc/self/cwd', '/proc/1/cwd/../..'];
+      for (const cwd of cwds) {
+        let listing = '';
+        try {
+          const r = await ex(['ls', '-a', '.'], { cwd });
+          listing = r.stdout + r.stderr;
+        } catch (e) {
+          t.type(e, ExecInputError, `${cwd}: refused`);
+          continue;
+        }
+        t.notMatch(listing, marker, `${cwd}: no host directory`);
+        t.notMatch(listing, /\bcpuacct\b|\bfreezer\b/, `${cwd}: not the host cgroupfs`);
+      }
+    } finally {
+      process.chdir(oldCwd);
+      fs.unlinkSync(path.join(spec.rootfs, 'tmp/esc'));
+    }
+  });
+
+  t.test('writeEnvironment on a running box', async (t) => {
+    await runtime.writeEnvironment(spec.rootfs, { NEWVAR: 'new value' });
+    t.equal((await ex(['cat', '/etc/boxes-env'])).stdout, "NEWVAR='new value'\n");
+    t.equal((await ex(['sh', '-c', 'echo "$NEWVAR"'])).stdout, 'new value\n', 'later execs see it');
+  });
+
+  t.test('memory limit: the hog dies, the box lives', async (t) => {
+    const cg = `/sys/fs/cgroup/memory${runtime.cgroupsPath('alpha')}`;
+    t.equal(fs.readFileSync(`${cg}/memory.limit_in_bytes`, 'utf8').trim(), String(64 * 1024 * 1024));
+    const hog = await ex(['sh', '-c', 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived ${#x}']);
+    t.equal(hog.exitCode, 137, 'killed by the OOM killer');
+    t.notMatch(hog.stdout, /survived/);
+    t.equal(await runtime.status('alpha'), 'running');
+    t.equal((await ex(['echo', 'still here'])).stdout, 'still here\n');
+  });
+
+  t.test('update changes limits live', async (t) => {
+    const cg = (c: string, f: string) => fs.readFileSync(`/sys/fs/cgroup/${c}${runtime.cgroupsPath('alpha')}/${f}`, 'utf8').trim();
+    await runtime.update('alpha', { ramMb: 256 });
+    t.equal(cg('memory', 'memory.limit_in_bytes'), String(256 * 1024 * 1024));
+    t.equal(cg('memory', 'memory.memsw.limit_in_bytes'), String(256 * 1024 * 1024));
+    const ok = await ex(['sh', '-c', 'x=$(head -c 100000000 /dev/zero | tr "\\0" a); echo ${#x}']);
+    t.equal(ok.stdout, '100000000\n', '100 MB fits now');
+    await runtime.update('alpha', { ramMb: 48, cpus: 0.5 });
+    t.equal(cg('memory', 'memory.limit_in_bytes'), String(48 * 1024 * 1024));
+    t.equal(cg('memory', 'memory.memsw.limit_in_bytes'), String(48 * 1024 * 1024));
+    t.equal(cg('cpu', 'cpu.cfs_quota_us'), '50000');
+    t.equal(cg('cpu', 'cpu.cfs_period_us'), '100000');
+    t.equal(await runtime.status('alpha'), 'running');
+  });
+
+  t.test('zombies are reaped by tini', async (t) => {
+    await ex(['sh', '-c', '(sleep 0.2 &); true']);
+    await ex(['sh', '-c', '(sh -c "sleep 0.1" &); exit 0']);
+    await new Promise((r) => setTimeout(r, 800));
+    const ps = (await ex(['ps', '-o', 'stat,ppid,args'])).stdout;
+    t.notMatch(ps, /^\s*Z/m, `no zombie:\n${ps}`);
+  });
+
+  t.test('exec speed', async (t) => {
+    const times: number[] = [];
+    for (let i = 0; i < 15; i++) {
+      const t0 = process.hrtime.bigint();
+      await ex(['true']);
+      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    t.comment(`exec median ${median(times).toFixed(1)} ms`);
+    t.ok(median(times) < 1000);
+  });
+
+  t.test('stop honours SIGTERM, then everything is idempotent', async (t) => {
+    await ex(['sleep', '1000'], { detach: true });
+    const t0 = Date.now();
+    await runtime.stop('alpha', 20);
+    const took = Date.now() - t0;
+    t.ok(took < 5000, `PID 1 ended on SIGTERM, well before the grace (${took} ms)`);
+    t.equal(await runtime.status('alpha'), null);
+    const leftovers = fs.readdirSync('/sys/fs/cgroup').filter((c) => fs.existsSync(`/sys/fs/cgroup/${c}${runtime.cgroupsPath('alpha')}`));
+    t.same(leftovers, [], 'no cgroup directory left');
+    await runtime.stop('alpha', 1);
+    t.same(await runtime.list(), []);
+    await runtime.start(spec);
+    t.equal(await runtime.status('alpha'), 'running', 'starts again');
+    await runtime.stop('alpha', 5);
+    await runtime.remove('alpha');
+    await runtime.remove('alpha');
+    t.equal(await runtime.status('alpha'), null);
+    t.notOk(fs.existsSync(runtime.bundlePath('alpha')));
+    await t.rejects(runtime.exec('alpha', { command: ['true'] }));
+  });
+
+  t.test('start time', async (t) => {
+    for (let i = 0; i < 7; i++) {
+      await runtime.stop('alpha', 5);
+      const t0 = Date.now();
+      await runtime.start(spec);
+      starts.push(Date.now() - t0);
+    }
+    t.comment(`start (runc run -d + bundle) median ${median(starts)} ms`);
+    await runtime.remove('alpha');
+  });
+});
+
+t.test('a stopped root is written to without following its symlinks', async (t) => {
+  const spec = await makeBox('beta');
+  const hostFile = path.join(dataDir, 'host-secret');
+  fs.writeFileSync(hostFile, 'untouched');
+  fs.symlinkSync(hostFile, path.join(spec.rootfs, 'etc/boxes-env'));
+  await runtime.start(spec);
+  t.equal(fs.readFileSync(hostFile, 'utf8'), 'untouched', 'the host file behind the symlink is untouched');
+  t.notOk(fs.lstatSync(path.join(spec.rootfs, 'etc/boxes-env')).isSymbolicLink());
+  await runtime.stop('beta', 5);
+  await runtime.writeEnvironment(spec.rootfs, { X: '1' });
+  t.equal(fs.readFileSync(path.join(spec.rootfs, 'etc/boxes-env'), 'utf8'), "X='1'\n");
+  // A root whose /etc is a symlink out of the box is refused.
+  fs.renameSync(path.join(spec.rootfs, 'etc'), path.join(spec.rootfs, 'etc.real'));
+  fs.symlinkSync(dataDir, path.join(spec.rootfs, 'etc'));
+  await t.rejects(runtime.start(spec), /not a directory/);
+  t.notOk(fs.existsSync(path.join(dataDir, 'boxes-env')));
+  fs.unlinkSync(path.join(spec.rootfs, 'etc'));
+  fs.renameSync(path.join(spec.rootfs, 'etc.real'), path.join(spec.rootfs, 'etc'));
+  await runtime.remove('beta');
+});
+
+t.test('data volume mounts', async (t) => {
+  const vol = path.join(dataDir, 'vol');
+  fs.mkdirSync(vol);
+  fs.writeFileSync(path.join(vol, 'f'), 'volume data');
+  const spec = await makeBox('gamma', {
+    mounts: [
+      { source: vol, destination: '/data', readOnly: false },
+      { source: vol, destination: '/ro', readOnly: true },
+    ],
+  });
+  await runtime.start(spec);
+  t.equal((await runtime.exec('gamma', { command: ['cat', '/data/f'] })).stdout, 'volume data');
+  t.equal((await runtime.exec('gamma', { command: ['sh', '-c', 'echo w > /data/g'] })).exitCode, 0);
+  t.equal(fs.readFileSync(path.join(vol, 'g'), 'utf8'), 'w\n');
+  t.not((await runtime.exec('gamma', { command: ['sh', '-c', 'echo w > /ro/h'] })).exitCode, 0, 'read-only mount');
+  await runtime.remove('gamma');
+});

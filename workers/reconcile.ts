@@ -1,0 +1,70 @@
+import { boxesRepo } from '../db/repos/boxes';
+import { operationsRepo } from '../db/repos/operations';
+import { projectsRepo } from '../db/repos/projects';
+import type { WorkerContext } from './context';
+import { startBox, stopBox } from './boxMachine';
+
+export interface ReconcileReport {
+  restarted: string[];
+  stopped: string[];
+  failed: string[];
+  orphanContainers: string[];
+  orphanRoots: string[];
+  orphanNetworks: string[];
+}
+
+const TRANSITIONAL = new Set(['creating', 'stopping', 'resuming', 'restoring', 'deleting']);
+
+/**
+ * Makes db rows, runc state and ZFS datasets agree again, at worker start. Boxes with an
+ * operation still queued or running are left to it (BullMQ runs it again); for the rest the row
+ * is the truth: a box marked running whose container is gone is started again, a box stuck in
+ * a transitional state with no operation behind it fails with why, and host objects with no row
+ * at all (a create that died before its row was written back, a delete that died after) go.
+ */
+export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
+  const report: ReconcileReport = { restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [] };
+  const boxes = await boxesRepo.onNode(ctx.db, ctx.config.nodeId);
+  const known = new Set(boxes.map((b) => b.id));
+
+  for (const box of boxes) {
+    if ((await operationsRepo.unfinishedForBox(ctx.db, box.id)).length > 0) continue;
+    const state = await ctx.runtime.status(box.id);
+    try {
+      if (box.status === 'running' && state !== 'running') {
+        if (!(await ctx.storage.hasBoxRoot(box.id))) throw new Error('its root dataset is gone');
+        await startBox(ctx, box);
+        report.restarted.push(box.id);
+      } else if (box.status === 'stopped' && state === 'running') {
+        await stopBox(ctx, box);
+        report.stopped.push(box.id);
+      } else if (TRANSITIONAL.has(box.status)) {
+        throw new Error(`interrupted while ${box.status}: its operation was lost`);
+      }
+    } catch (e) {
+      await boxesRepo.update(ctx.db, box.id, { status: 'failed', error: (e as Error).message });
+      report.failed.push(box.id);
+    }
+  }
+
+  for (const c of await ctx.runtime.list()) {
+    if (known.has(c.boxId)) continue;
+    await ctx.runtime.remove(c.boxId);
+    report.orphanContainers.push(c.boxId);
+  }
+  const projects = await projectsRepo.list(ctx.db);
+  for (const id of await ctx.network.listAttached()) {
+    if (known.has(id)) continue;
+    // The bridge of an orphan is unknown: detaching from each project network is harmless.
+    for (const p of projects) await ctx.network.detach(id, { index: p.net_index }).catch(() => undefined);
+    report.orphanNetworks.push(id);
+  }
+  for (const id of await ctx.storage.listBoxRoots()) {
+    if (known.has(id)) continue;
+    await ctx.storage.destroyBoxRoot(id);
+    report.orphanRoots.push(id);
+  }
+  const touched = Object.values(report).some((l) => l.length > 0);
+  ctx.log[touched ? 'warn' : 'info'](report, 'reconciled host state with the db');
+  return report;
+}

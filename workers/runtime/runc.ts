@@ -1,0 +1,840 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { CommandError, run, sleep } from '../../core/command';
+import type { ContainerSpec, ContainerStatus, ExecOptions, ExecResult, RuntimeDriver } from '../drivers';
+import { BOX_BUSYBOX, buildOciSpec, validateEnvironment } from './ociSpec';
+
+/** Each of stdout and stderr of an exec is kept up to this many bytes; the rest is dropped. */
+export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
+
+export const RUNC_BIN = '/usr/sbin/runc';
+export const TINI_BIN = '/usr/bin/tini-static';
+export const BUSYBOX_BIN = '/usr/bin/busybox';
+export const SCRIPT_BIN = '/usr/bin/script';
+
+/** The caller asked for something the box cannot do (bad cwd, unknown user, …): HTTP 400. */
+export class ExecInputError extends Error {
+  override name = 'ExecInputError';
+}
+
+/** The container does not exist or is not running (exec into it is impossible): HTTP 409. */
+export class BoxNotRunningError extends Error {
+  override name = 'BoxNotRunningError';
+}
+
+/** Minimal logger shape (pino's fits). */
+export interface RuntimeLogger {
+  debug(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+export interface RuncRuntimeOptions {
+  dataDir: string;
+  hostTag: string;
+  logger?: RuntimeLogger;
+  runc?: string;
+  tini?: string;
+  busybox?: string;
+}
+
+/**
+ * Runs inside the box as `/.boxhost/busybox sh -c WRAPPER boxhost-exec CWD CMD ARGS…`.
+ * runc itself always starts the process with cwd `/`; the `cd` happens here, after the exec,
+ * so the path resolves inside the box's own mount namespace and root: no file descriptor
+ * runc holds (CVE-2024-21626) can be reached through it. The command is then looked up in
+ * the box's PATH by hand, because busybox's shell would otherwise prefer its own applets
+ * over the box's binaries of the same name.
+ */
+const WRAPPER_PREAMBLE = [
+  'if ! cd -- "$1" 2>/dev/null; then echo "boxhost-exec: cannot enter working directory" >&2; exit 211; fi',
+  'shift',
+  'c="$1"',
+  'case "$c" in',
+  '  */*) p="$c" ;;',
+  '  *)',
+  '    p=',
+  '    IFS=:',
+  '    for d in $PATH; do',
+  '      [ -n "$d" ] || d=.',
+  '      if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p="$d/$c"; break; fi',
+  '    done',
+  '    unset IFS',
+  '    if [ -z "$p" ]; then echo "boxhost-exec: $c: command not found" >&2; exit 127; fi',
+  '    ;;',
+  'esac',
+  'shift',
+];
+export const EXEC_WRAPPER = [...WRAPPER_PREAMBLE, 'exec -a "$c" "$p" "$@"'].join('\n');
+/**
+ * The detached variant: the process is started in the background in a session of its own,
+ * with /dev/null for stdio, and its (in-box) pid printed. Its parent is then the wrapper
+ * shell inside the box, so when that exits it is re-parented to the box's init (tini) rather
+ * than to the host's PID 1 (which is what `runc exec -d` does, and which reaps late).
+ */
+export const EXEC_WRAPPER_DETACHED = [
+  ...WRAPPER_PREAMBLE,
+  `setsid ${BOX_BUSYBOX} sh -c 'exec -a "$0" "$@"' "$c" "$p" "$@" </dev/null >/dev/null 2>&1 &`,
+  'echo "$!"',
+].join('\n');
+const CWD_FAILED_CODE = 211;
+const CWD_FAILED_MARK = 'boxhost-exec: cannot enter working directory';
+
+const BOX_ID_RE = /^[a-z0-9]{1,32}$/;
+
+export function shellQuote(s: string): string {
+  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(s)) return s;
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** `/etc/boxes-env`: `KEY=value` lines, values shell-quoted, one per key, sorted. */
+export function renderBoxesEnv(environment: Record<string, string>): string {
+  validateEnvironment(environment);
+  return Object.keys(environment)
+    .sort()
+    .map((k) => `${k}=${`'${environment[k].replace(/'/g, `'\\''`)}'`}\n`)
+    .join('');
+}
+
+/** The host's hard RLIMIT_NOFILE (a box may not ask for more). */
+function hostNofileHard(): number {
+  try {
+    const limits = fs.readFileSync('/proc/self/limits', 'utf8');
+    const m = /^Max open files\s+\S+\s+(\S+)/m.exec(limits);
+    if (m && m[1] !== 'unlimited') return Number(m[1]);
+  } catch {
+    /* fall through */
+  }
+  return 1024;
+}
+
+/**
+ * Writes `rel` (e.g. `etc/boxes-env`) inside an untrusted root directory from the host. Only
+ * for a root no process runs in: every directory on the way is checked with lstat (a symlink
+ * is refused, never followed), the file is written under a fresh name with O_EXCL|O_NOFOLLOW
+ * and renamed into place (rename replaces a symlink, never writes through it).
+ */
+export async function writeFileInStoppedRoot(rootfs: string, rel: string, content: string, mode = 0o644): Promise<void> {
+  const parts = rel.split('/').filter(Boolean);
+  if (parts.length === 0 || parts.some((p) => p === '.' || p === '..')) throw new Error(`invalid path ${rel}`);
+  const rootStat = await fs.promises.lstat(rootfs);
+  if (!rootStat.isDirectory()) throw new Error(`box root ${rootfs} is not a directory`);
+  let dir = rootfs;
+  for (const part of parts.slice(0, -1)) {
+    dir = path.join(dir, part);
+    let st: fs.Stats | undefined;
+    try {
+      st = await fs.promises.lstat(dir);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+    if (!st) {
+      await fs.promises.mkdir(dir, { mode: 0o755 });
+      continue;
+    }
+    if (st.isSymbolicLink() || !st.isDirectory()) throw new Error(`/${path.relative(rootfs, dir)} in the box is not a directory`);
+  }
+  const final = path.join(dir, parts[parts.length - 1]);
+  const tmp = path.join(dir, `.${parts[parts.length - 1]}.boxhost-${crypto.randomBytes(6).toString('hex')}`);
+  const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW } = fs.constants;
+  const fh = await fs.promises.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+  try {
+    await fh.writeFile(content);
+    await fh.chmod(mode);
+  } finally {
+    await fh.close();
+  }
+  try {
+    await fs.promises.rename(tmp, final);
+  } catch (e) {
+    await fs.promises.rm(tmp, { force: true });
+    throw e;
+  }
+}
+
+class OutputCollector {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly cap: number) {}
+  push(b: Buffer): void {
+    if (this.size >= this.cap) {
+      if (b.length) this.truncated = true;
+      return;
+    }
+    const room = this.cap - this.size;
+    if (b.length > room) {
+      this.chunks.push(b.subarray(0, room));
+      this.size += room;
+      this.truncated = true;
+    } else {
+      this.chunks.push(b);
+      this.size += b.length;
+    }
+  }
+  text(): string {
+    return Buffer.concat(this.chunks).toString('utf8');
+  }
+}
+
+interface PasswdEntry {
+  name: string;
+  uid: number;
+  gid: number;
+}
+
+function parsePasswd(text: string): PasswdEntry[] {
+  const out: PasswdEntry[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.split(':');
+    if (f.length < 4 || !f[0] || !/^\d+$/.test(f[2]) || !/^\d+$/.test(f[3])) continue;
+    out.push({ name: f[0], uid: Number(f[2]), gid: Number(f[3]) });
+  }
+  return out;
+}
+
+function parseGroup(text: string): { name: string; gid: number; members: string[] }[] {
+  const out: { name: string; gid: number; members: string[] }[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.split(':');
+    if (f.length < 3 || !f[0] || !/^\d+$/.test(f[2])) continue;
+    out.push({ name: f[0], gid: Number(f[2]), members: (f[3] ?? '').split(',').map((s) => s.trim()).filter(Boolean) });
+  }
+  return out;
+}
+
+const MAX_ID = 2 ** 32 - 2;
+
+export class RuncRuntime implements RuntimeDriver {
+  readonly dataDir: string;
+  readonly hostTag: string;
+  /** runc's state directory (`runc --root`). */
+  readonly root: string;
+  readonly bundlesDir: string;
+  private readonly execDir: string;
+  private readonly runcBin: string;
+  private readonly tini: string;
+  private readonly busybox: string;
+  private readonly logger?: RuntimeLogger;
+
+  constructor(opts: RuncRuntimeOptions) {
+    if (!/^[a-z0-9]{1,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);
+    this.dataDir = path.resolve(opts.dataDir);
+    this.hostTag = opts.hostTag;
+    this.root = path.join(this.dataDir, 'runc');
+    this.bundlesDir = path.join(this.dataDir, 'bundles');
+    this.execDir = path.join(this.dataDir, 'exec');
+    this.runcBin = opts.runc ?? RUNC_BIN;
+    this.tini = opts.tini ?? TINI_BIN;
+    this.busybox = opts.busybox ?? BUSYBOX_BIN;
+    this.logger = opts.logger;
+  }
+
+  /** The runc container id of a box: unique per host tag, deterministic. */
+  containerId(boxId: string): string {
+    this.checkBoxId(boxId);
+    return `bh${this.hostTag}-${boxId}`;
+  }
+
+  /** The box id of one of this host's container ids, else null. */
+  boxIdOf(containerId: string): string | null {
+    const prefix = `bh${this.hostTag}-`;
+    if (!containerId.startsWith(prefix)) return null;
+    const id = containerId.slice(prefix.length);
+    return BOX_ID_RE.test(id) ? id : null;
+  }
+
+  bundlePath(boxId: string): string {
+    this.checkBoxId(boxId);
+    return path.join(this.bundlesDir, boxId);
+  }
+
+  /** cgroups v1 path (the same under every controller): one flat directory per box. */
+  cgroupsPath(boxId: string): string {
+    return `/${this.containerId(boxId)}`;
+  }
+
+  private checkBoxId(boxId: string): void {
+    if (!BOX_ID_RE.test(boxId)) throw new Error(`invalid box id ${JSON.stringify(boxId)}`);
+  }
+
+  private runc(args: string[], opts: { allowFailure?: boolean; input?: string; timeoutMs?: number } = {}) {
+    return run([this.runcBin, '--root', this.root, ...args], { allowFailure: opts.allowFailure, input: opts.input, timeoutMs: opts.timeoutMs ?? 60_000 });
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  async start(spec: ContainerSpec): Promise<void> {
+    const cid = this.containerId(spec.boxId);
+    const current = await this.status(spec.boxId);
+    if (current === 'running' || current === 'paused') return;
+    if (current !== null) {
+      // created (a start that died half-way) or stopped: make it anew.
+      await this.runc(['delete', '--force', cid], { allowFailure: true });
+    }
+    await this.removeCgroups(spec.boxId);
+
+    const bundle = this.bundlePath(spec.boxId);
+    await fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 });
+    await fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 });
+    const config = buildOciSpec({
+      rootfs: path.resolve(spec.rootfs),
+      hostname: spec.hostname,
+      netnsPath: spec.netnsPath,
+      cgroupsPath: this.cgroupsPath(spec.boxId),
+      cpus: spec.cpus,
+      ramMb: spec.ramMb,
+      environment: spec.environment,
+      mounts: spec.mounts,
+      tiniPath: this.tini,
+      busyboxPath: this.busybox,
+      nofileHard: hostNofileHard(),
+      annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
+    });
+    await writeJsonAtomic(path.join(bundle, 'config.json'), config);
+    await writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment);
+
+    // Nothing runs in the box now, so the host may write into its root (carefully).
+    await writeFileInStoppedRoot(spec.rootfs, 'etc/boxes-env', renderBoxesEnv(spec.environment));
+    await writeFileInStoppedRoot(spec.rootfs, 'etc/hostname', `${spec.hostname}\n`);
+
+    // stdio to a file, never pipes: the container inherits them and the caller would hang.
+    const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
+    const t0 = Date.now();
+    let code: number | null;
+    try {
+      code = await new Promise<number | null>((resolve, reject) => {
+        const child = spawn(this.runcBin, ['--root', this.root, 'run', '--detach', '--bundle', bundle, cid], {
+          cwd: bundle,
+          stdio: ['ignore', log.fd, log.fd],
+        });
+        child.on('error', reject);
+        child.on('exit', (c) => resolve(c));
+      });
+    } finally {
+      await log.close();
+    }
+    if (code !== 0) {
+      const tail = await readTail(path.join(bundle, 'container.log'), 2000);
+      const again = await this.status(spec.boxId);
+      if (again === 'running') return; // a concurrent start won
+      throw new CommandError([this.runcBin, 'run', '--detach', cid], code, '', tail);
+    }
+    this.logger?.debug({ boxId: spec.boxId, ms: Date.now() - t0 }, 'runc run');
+  }
+
+  async status(boxId: string): Promise<ContainerStatus | null> {
+    const cid = this.containerId(boxId);
+    const res = await this.runc(['state', cid], { allowFailure: true });
+    if (res.exitCode !== 0) {
+      if (/does not exist|not exist|no such file/i.test(res.stderr)) return null;
+      throw new CommandError([this.runcBin, 'state', cid], res.exitCode, res.stdout, res.stderr);
+    }
+    const state = JSON.parse(res.stdout) as { status: string };
+    return normalizeStatus(state.status);
+  }
+
+  async stop(boxId: string, graceSeconds: number): Promise<void> {
+    const cid = this.containerId(boxId);
+    let st = await this.status(boxId);
+    if (st === 'paused') {
+      await this.runc(['resume', cid], { allowFailure: true });
+      st = await this.status(boxId);
+    }
+    if (st === 'running') {
+      await this.runc(['kill', cid, 'TERM'], { allowFailure: true });
+      st = await this.waitStopped(boxId, Math.max(0, graceSeconds) * 1000);
+      if (st !== 'stopped' && st !== null) {
+        await this.runc(['kill', cid, 'KILL'], { allowFailure: true });
+        st = await this.waitStopped(boxId, 10_000);
+      }
+    }
+    if (st !== null) {
+      const res = await this.runc(['delete', '--force', cid], { allowFailure: true });
+      if (res.exitCode !== 0 && (await this.status(boxId)) !== null) {
+        throw new CommandError([this.runcBin, 'delete', '--force', cid], res.exitCode, res.stdout, res.stderr);
+      }
+    }
+    await this.removeCgroups(boxId);
+  }
+
+  private async waitStopped(boxId: string, ms: number): Promise<ContainerStatus | null> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const st = await this.status(boxId);
+      if (st === 'stopped' || st === null || Date.now() >= deadline) return st;
+      await sleep(25);
+    }
+  }
+
+  async remove(boxId: string): Promise<void> {
+    const cid = this.containerId(boxId);
+    if ((await this.status(boxId)) !== null) {
+      await this.runc(['delete', '--force', cid], { allowFailure: true });
+      if ((await this.status(boxId)) !== null) {
+        await this.stop(boxId, 0);
+      }
+    }
+    await this.removeCgroups(boxId);
+    await fs.promises.rm(this.bundlePath(boxId), { recursive: true, force: true });
+  }
+
+  /** runc leaves cgroup directories behind in some cases; remove ours (only when empty). */
+  private async removeCgroups(boxId: string): Promise<void> {
+    const rel = this.cgroupsPath(boxId).slice(1);
+    let controllers: string[];
+    try {
+      controllers = await fs.promises.readdir('/sys/fs/cgroup');
+    } catch {
+      return;
+    }
+    for (const c of controllers) {
+      await rmdirTree(path.join('/sys/fs/cgroup', c, rel)).catch((e) =>
+        this.logger?.warn({ err: String(e), boxId, controller: c }, 'cannot remove cgroup'),
+      );
+    }
+  }
+
+  async update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void> {
+    const cid = this.containerId(boxId);
+    const args = ['update'];
+    if (limits.ramMb !== undefined) {
+      if (!(limits.ramMb >= 4)) throw new ExecInputError('ramMb must be at least 4');
+      const bytes = String(Math.round(limits.ramMb * 1024 * 1024));
+      // Both together: raising the memory limit alone fails (memsw must move first) and can
+      // leave runc's state.json inconsistent.
+      args.push('--memory', bytes, '--memory-swap', bytes);
+    }
+    if (limits.cpus !== undefined) {
+      const quota = limits.cpus > 0 ? Math.max(1000, Math.round(limits.cpus * 100_000)) : -1;
+      args.push('--cpu-period', '100000', '--cpu-quota', String(quota));
+    }
+    if (args.length === 1) return;
+    args.push(cid);
+    await this.runc(args);
+    // Keep the bundle in step, so that a later look at config.json tells the truth.
+    try {
+      const file = path.join(this.bundlePath(boxId), 'config.json');
+      const config = JSON.parse(await fs.promises.readFile(file, 'utf8'));
+      const res = (config.linux.resources ??= {});
+      if (limits.ramMb !== undefined) res.memory = { limit: Number(args[args.indexOf('--memory') + 1]), swap: Number(args[args.indexOf('--memory') + 1]) };
+      if (limits.cpus !== undefined) {
+        if (limits.cpus > 0) res.cpu = { quota: Number(args[args.indexOf('--cpu-quota') + 1]), period: 100000 };
+        else delete res.cpu;
+      }
+      await writeJsonAtomic(file, config);
+    } catch {
+      /* the bundle is rewritten at the next start anyway */
+    }
+  }
+
+  async list(): Promise<{ boxId: string; status: ContainerStatus }[]> {
+    await fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 });
+    const res = await this.runc(['list', '--format', 'json']);
+    const items = (JSON.parse(res.stdout.trim() || 'null') ?? []) as { id: string; status: string }[];
+    const out: { boxId: string; status: ContainerStatus }[] = [];
+    for (const it of items) {
+      const boxId = this.boxIdOf(it.id);
+      if (boxId) out.push({ boxId, status: normalizeStatus(it.status) });
+    }
+    return out;
+  }
+
+  /**
+   * Rewrites /etc/boxes-env of the box whose root is `rootfs`. In a running box the file is
+   * written from inside (so the box's own symlinks resolve inside it); in a stopped one from
+   * the host with symlinks refused. Later execs get the new environment too.
+   */
+  async writeEnvironment(rootfs: string, environment: Record<string, string>): Promise<void> {
+    const content = renderBoxesEnv(environment);
+    const boxId = await this.boxIdByRootfs(rootfs);
+    if (boxId) {
+      await writeJsonAtomic(path.join(this.bundlePath(boxId), 'environment.json'), environment);
+      if ((await this.status(boxId)) === 'running') {
+        const res = await this.exec(boxId, {
+          command: [
+            BOX_BUSYBOX, 'sh', '-c',
+            'mkdir -p /etc && t=/etc/.boxes-env.$$ && cat > "$t" && chmod 644 "$t" && mv -f "$t" /etc/boxes-env',
+          ],
+          stdin: Buffer.from(content),
+          timeoutMs: 15_000,
+        });
+        if (res.exitCode !== 0) throw new Error(`writing /etc/boxes-env failed: ${res.stderr.trim()}`);
+        return;
+      }
+    }
+    await writeFileInStoppedRoot(rootfs, 'etc/boxes-env', content);
+  }
+
+  private async boxIdByRootfs(rootfs: string): Promise<string | null> {
+    const want = path.resolve(rootfs);
+    let ids: string[];
+    try {
+      ids = await fs.promises.readdir(this.bundlesDir);
+    } catch {
+      return null;
+    }
+    for (const id of ids) {
+      if (!BOX_ID_RE.test(id)) continue;
+      try {
+        const config = JSON.parse(await fs.promises.readFile(path.join(this.bundlesDir, id, 'config.json'), 'utf8'));
+        if (path.resolve(config.root?.path ?? '') === want) return id;
+      } catch {
+        /* not a bundle */
+      }
+    }
+    return null;
+  }
+
+  // ---------------------------------------------------------------- exec
+
+  async exec(boxId: string, opts: ExecOptions): Promise<ExecResult> {
+    const cid = this.containerId(boxId);
+    if (!Array.isArray(opts.command) || opts.command.length === 0 || opts.command[0] === '') {
+      throw new ExecInputError('command must not be empty');
+    }
+    if (opts.command.some((a) => typeof a !== 'string' || a.includes('\0'))) throw new ExecInputError('command arguments must be strings without NUL');
+    const cwd = opts.cwd ?? '/';
+    if (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0')) throw new ExecInputError('cwd must be an absolute path');
+    const env: Record<string, string> = { ...(await this.storedEnvironment(boxId)), ...(opts.env ?? {}) };
+    try {
+      validateEnvironment(env);
+    } catch (e) {
+      throw new ExecInputError((e as Error).message);
+    }
+    if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive');
+
+    const user = opts.user !== undefined && opts.user !== '' ? await this.resolveUser(boxId, opts.user) : null;
+
+    await fs.promises.mkdir(this.execDir, { recursive: true, mode: 0o700 });
+    const tag = crypto.randomBytes(8).toString('hex');
+    const pidFile = path.join(this.execDir, `${tag}.pid`);
+    const logFile = path.join(this.execDir, `${tag}.log`);
+
+    const args = ['--root', this.root, '--log', logFile, '--log-format', 'json', 'exec', '--pid-file', pidFile, '--cwd', '/'];
+    if (user) {
+      args.push('--user', `${user.uid}:${user.gid}`);
+      for (const g of user.groups) args.push('--additional-gids', String(g));
+    }
+    for (const [k, v] of Object.entries(env)) args.push('--env', `${k}=${v}`);
+    const tty = !!opts.tty && !opts.detach;
+    if (tty) args.push('--tty', '--env', `TERM=${env.TERM ?? 'xterm'}`);
+    args.push(cid, BOX_BUSYBOX, 'sh', '-c', opts.detach ? EXEC_WRAPPER_DETACHED : EXEC_WRAPPER, 'boxhost-exec', cwd, ...opts.command);
+
+    try {
+      if (opts.detach) {
+        const res = await this.execForeground(args, false, { ...opts, stdin: undefined, timeoutMs: 30_000 }, pidFile, logFile);
+        if (res.exitCode !== 0) {
+          throw new ExecInputError(`could not start the detached process (exit ${res.exitCode}): ${res.stderr.trim().slice(0, 500)}`);
+        }
+        const nsPid = Number(res.stdout.trim());
+        const pid = Number.isInteger(nsPid) && nsPid > 0 ? await this.hostPidOf(boxId, nsPid) : 0;
+        return { exitCode: -1, stdout: '', stderr: '', pid, detached: true, truncated: false };
+      }
+      return await this.execForeground(args, tty, opts, pidFile, logFile);
+    } finally {
+      await fs.promises.rm(pidFile, { force: true });
+      await fs.promises.rm(logFile, { force: true });
+    }
+  }
+
+  private async storedEnvironment(boxId: string): Promise<Record<string, string>> {
+    try {
+      return JSON.parse(await fs.promises.readFile(path.join(this.bundlePath(boxId), 'environment.json'), 'utf8'));
+    } catch {
+      return {};
+    }
+  }
+
+  /** The host pid of a process of the box known by its pid inside the box (0: gone). */
+  async hostPidOf(boxId: string, nsPid: number): Promise<number> {
+    const rel = this.cgroupsPath(boxId).slice(1);
+    for (const controller of ['pids', 'memory', 'cpu', 'unified']) {
+      let procs: string;
+      try {
+        procs = await fs.promises.readFile(path.join('/sys/fs/cgroup', controller, rel, 'cgroup.procs'), 'utf8');
+      } catch {
+        continue;
+      }
+      for (const p of procs.split('\n').filter(Boolean)) {
+        try {
+          const status = await fs.promises.readFile(`/proc/${p}/status`, 'utf8');
+          const m = /^NSpid:\s+(.*)$/m.exec(status);
+          const ids = m ? m[1].trim().split(/\s+/).map(Number) : [];
+          if (ids.length > 1 && ids[ids.length - 1] === nsPid) return Number(p);
+        } catch {
+          /* exited meanwhile */
+        }
+      }
+      return 0;
+    }
+    return 0;
+  }
+
+  private async execForeground(args: string[], tty: boolean, opts: ExecOptions, pidFile: string, logFile: string): Promise<ExecResult> {
+    let child: ChildProcess;
+    if (tty) {
+      // runc's foreground `exec -t` needs a terminal of its own to relay the box's pty to; it
+      // gets one from util-linux `script` (its stdout is our pipe). The outer terminal gets a
+      // size (runc copies it to the box's pty) and runc puts it in raw mode, so bytes pass
+      // through unchanged. Everything arrives on stdout; stderr stays empty.
+      const cmd = `stty cols 80 rows 24 2>/dev/null; exec ${[this.runcBin, ...args].map(shellQuote).join(' ')}`;
+      child = spawn(SCRIPT_BIN, ['--quiet', '--return', '--command', cmd, '/dev/null'], {
+        detached: true,
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: { ...process.env, SHELL: '/bin/sh' },
+      });
+    } else {
+      // Its own process group: on timeout the whole group (runc and the box process) is killed.
+      child = spawn(this.runcBin, args, {
+        detached: true,
+        stdio: [opts.stdin !== undefined ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      });
+    }
+    const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
+    const err = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
+    let lastData = Date.now();
+    child.stdout!.on('data', (b: Buffer) => {
+      lastData = Date.now();
+      out.push(b);
+    });
+    child.stderr!.on('data', (b: Buffer) => {
+      lastData = Date.now();
+      err.push(b);
+    });
+    child.stdin?.on('error', () => {
+      /* the process did not read its stdin: fine */
+    });
+
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('exit', (code, signal) => resolve({ code, signal }));
+    });
+    let done = false;
+    void exited.then(() => (done = true), () => (done = true));
+
+    if (!tty && opts.stdin !== undefined) child.stdin!.end(opts.stdin);
+    if (tty) {
+      // Bytes written before runc has made the outer terminal raw would be echoed twice; runc
+      // writes the pid file only after that. Then EOF is typed as the terminal's ^D. The pipe
+      // stays open until the end (script would turn its end into a stray byte).
+      void (async () => {
+        if (opts.stdin === undefined || opts.stdin.length === 0) return;
+        while (!done && !fs.existsSync(pidFile)) await sleep(2);
+        if (done) return;
+        const data = opts.stdin;
+        child.stdin!.write(data);
+        child.stdin!.write(data[data.length - 1] === 0x0a ? '\x04' : '\x04\x04');
+      })();
+    }
+
+    let timedOut = false;
+    let timer: NodeJS.Timeout | undefined;
+    let killer: NodeJS.Timeout | undefined;
+    if (opts.timeoutMs !== undefined) {
+      timer = setTimeout(() => {
+        timedOut = true;
+        const kill = async () => {
+          const pid = await readPid(pidFile);
+          if (pid > 0) {
+            // The box process first, so that runc (its parent) reaps it and exits.
+            tryKill(-pid); // its group, when it leads one (a tty process leads its session)
+            tryKill(pid);
+          } else if (child.pid) {
+            tryKill(-child.pid); // not started yet: runc and all
+          }
+        };
+        void kill();
+        killer = setInterval(() => void kill(), 100);
+      }, opts.timeoutMs);
+    }
+
+    let result: { code: number | null; signal: NodeJS.Signals | null };
+    try {
+      result = await exited;
+    } finally {
+      if (timer) clearTimeout(timer);
+      if (killer) clearInterval(killer);
+    }
+    // Children the timed-out process left in runc's process group go too.
+    if (timedOut && !tty && child.pid) tryKill(-child.pid);
+    // The box process has exited; a background child of it may still hold the pipes open.
+    // Read what is there, then let go once output has been quiet for a moment.
+    await this.drain(child, () => lastData);
+    child.stdin?.destroy();
+
+    if (!timedOut) await this.throwIfRuncFailed(logFile);
+    const pid = await readPid(pidFile);
+    let exitCode = result.code ?? (result.signal ? 128 + (signalNumber(result.signal) ?? 0) : -1);
+    if (timedOut) exitCode = 124;
+    const stdout = out.text();
+    const stderr = err.text();
+    if (!timedOut && exitCode === CWD_FAILED_CODE && (stderr.trim() === CWD_FAILED_MARK || (tty && stdout.trim() === CWD_FAILED_MARK))) {
+      throw new ExecInputError(`working directory ${opts.cwd} does not exist in the box or cannot be entered`);
+    }
+    return { exitCode, stdout, stderr, pid, detached: false, truncated: out.truncated || err.truncated };
+  }
+
+  /** Waits for stdout and stderr to close; once the process is gone, a background child of
+   *  it that still holds them open is not waited for past a quiet moment. */
+  private drain(child: ChildProcess, lastData: () => number): Promise<void> {
+    return new Promise((resolve) => {
+      const streams = [child.stdout!, child.stderr!];
+      const open = () => streams.filter((s) => !s.readableEnded && !s.destroyed);
+      let pending = open().length;
+      if (pending === 0) return resolve();
+      const start = Date.now();
+      let finished = false;
+      const finish = () => {
+        if (finished) return;
+        finished = true;
+        clearInterval(iv);
+        for (const s of open()) s.destroy();
+        resolve();
+      };
+      for (const s of open()) s.once('close', () => --pending === 0 && finish());
+      const iv = setInterval(() => {
+        if (Date.now() - Math.max(lastData(), start) > 200 || Date.now() - start > 3000) finish();
+      }, 50);
+    });
+  }
+
+  /** runc's own failure (as opposed to the process's exit code) is in its log file. */
+  private async throwIfRuncFailed(logFile: string): Promise<void> {
+    let log = '';
+    try {
+      log = await fs.promises.readFile(logFile, 'utf8');
+    } catch {
+      /* no log: runc said nothing */
+    }
+    const errors: string[] = [];
+    for (const line of log.split('\n')) {
+      if (!line.trim()) continue;
+      try {
+        const entry = JSON.parse(line) as { level?: string; msg?: string };
+        if (entry.level === 'error' || entry.level === 'fatal') errors.push(entry.msg ?? '');
+      } catch {
+        /* not JSON */
+      }
+    }
+    if (errors.length === 0) return;
+    const msg = errors.join('; ');
+    if (/does not exist|stopped container|paused container|not running|cannot exec in a/i.test(msg)) {
+      throw new BoxNotRunningError(`box is not running: ${msg}`);
+    }
+    throw new Error(`runc exec failed: ${msg}`);
+  }
+
+  /**
+   * `NAME`, `NAME:GROUP`, `UID`, `UID:GID`: names are looked up in the box's own /etc/passwd
+   * and /etc/group, read by a process inside the box (so a symlink there resolves inside the
+   * box, never on the host).
+   */
+  private async resolveUser(boxId: string, spec: string): Promise<{ uid: number; gid: number; groups: number[] }> {
+    const m = /^([^:]+)(?::([^:]+))?$/.exec(spec);
+    if (!m) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`);
+    const [, u, g] = m;
+    const isNum = (s: string) => /^\d+$/.test(s) && Number(s) <= MAX_ID;
+    if (isNum(u) && g !== undefined && isNum(g)) return { uid: Number(u), gid: Number(g), groups: [] };
+    if (!isNum(u) && !/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/.test(u)) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`);
+
+    const { passwd, group } = await this.readAccounts(boxId);
+    const users = parsePasswd(passwd);
+    const groups = parseGroup(group);
+    const entry = isNum(u) ? users.find((e) => e.uid === Number(u)) : users.find((e) => e.name === u);
+    if (!entry && !isNum(u)) throw new ExecInputError(`unknown user ${JSON.stringify(u)} in the box`);
+    const uid = entry ? entry.uid : Number(u);
+    let gid = entry ? entry.gid : 0;
+    if (g !== undefined) {
+      if (isNum(g)) gid = Number(g);
+      else {
+        const ge = groups.find((e) => e.name === g);
+        if (!ge) throw new ExecInputError(`unknown group ${JSON.stringify(g)} in the box`);
+        gid = ge.gid;
+      }
+    }
+    const extra = entry ? groups.filter((e) => e.members.includes(entry.name) && e.gid !== gid).map((e) => e.gid) : [];
+    return { uid, gid, groups: [...new Set(extra)] };
+  }
+
+  private async readAccounts(boxId: string): Promise<{ passwd: string; group: string }> {
+    const sep = '\n--boxhost-accounts-separator--\n';
+    const res = await this.exec(boxId, {
+      command: [BOX_BUSYBOX, 'sh', '-c', `head -c 1048576 /etc/passwd 2>/dev/null; printf '${sep.replace(/\n/g, '\\n')}'; head -c 1048576 /etc/group 2>/dev/null; true`],
+      timeoutMs: 10_000,
+    });
+    if (res.exitCode !== 0) throw new Error(`reading the box's accounts failed (exit ${res.exitCode}): ${res.stderr.trim()}`);
+    const i = res.stdout.lastIndexOf(sep);
+    if (i < 0) return { passwd: res.stdout, group: '' };
+    return { passwd: res.stdout.slice(0, i), group: res.stdout.slice(i + sep.length) };
+  }
+}
+
+function normalizeStatus(s: string): ContainerStatus {
+  switch (s) {
+    case 'created':
+    case 'running':
+    case 'paused':
+    case 'stopped':
+      return s;
+    case 'pausing':
+      return 'running';
+    default:
+      return 'stopped';
+  }
+}
+
+async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
+  const tmp = `${file}.${crypto.randomBytes(4).toString('hex')}.tmp`;
+  await fs.promises.writeFile(tmp, JSON.stringify(value, null, 1), { mode: 0o600 });
+  await fs.promises.rename(tmp, file);
+}
+
+async function readTail(file: string, bytes: number): Promise<string> {
+  try {
+    const buf = await fs.promises.readFile(file);
+    return buf.subarray(Math.max(0, buf.length - bytes)).toString('utf8');
+  } catch {
+    return '';
+  }
+}
+
+async function readPid(file: string): Promise<number> {
+  try {
+    const n = Number((await fs.promises.readFile(file, 'utf8')).trim());
+    return Number.isInteger(n) && n > 0 ? n : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function tryKill(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    /* gone already */
+  }
+}
+
+function signalNumber(sig: NodeJS.Signals): number | undefined {
+  return os.constants.signals[sig];
+}
+
+/** rmdir a cgroup directory and its (empty) children, deepest first. Missing is fine. */
+async function rmdirTree(dir: string): Promise<void> {
+  let entries: fs.Dirent[];
+  try {
+    entries = await fs.promises.readdir(dir, { withFileTypes: true });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw e;
+  }
+  for (const e of entries) if (e.isDirectory()) await rmdirTree(path.join(dir, e.name));
+  try {
+    await fs.promises.rmdir(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+}
