@@ -20,7 +20,7 @@ export function createApp(api: ApiContext, metricsMiddleware: express.RequestHan
         return id;
       },
       // Never log secrets: the Authorization header stays out of request logs.
-      serializers: { req: (req) => ({ id: req.id, method: req.method, url: req.url }) },
+      serializers: { req: (req) => ({ id: req.id, method: req.method, url: req.url }), res: (res) => ({ statusCode: res.statusCode }) },
       customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'warn' : 'info'),
     }),
   );

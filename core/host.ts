@@ -111,6 +111,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
         adminTokenHash: sha256(admin.token),
       };
       const app = express();
+      app.disable('x-powered-by');
       const server = http.createServer(app);
       expressWs(app, server);
       const routesApp = createApp(api, metrics.middleware);

@@ -74,6 +74,8 @@ fi
 [ -e /dev/fuse ] || die "/dev/fuse is missing: zfs-fuse needs the fuse kernel module"
 
 log "starting zfs-fuse"
+# zfs-fuse locks /var/lock/zfs/zfs_lock and exits 1 (said only to syslog) when /var/lock is gone.
+mkdir -p "$(readlink -f /var/lock)/zfs"
 started=""
 if [ -d /run/systemd/system ] && systemctl start zfs-fuse >/dev/null 2>&1; then
   started=systemd

@@ -1,34 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawn, ChildProcess } from 'node:child_process';
 import t from 'tap';
-import { startTestHost, TestHost } from './helpers/host';
+import { startTestHost } from './helpers/host';
+import { startWorkerProcess, killWorker as killed } from './helpers/workerProcess';
 import { sleep } from '../core/command';
-
-/** A worker in its own process (so it can be killed), on the same data dir as the api. */
-function startWorkerProcess(host: TestHost): Promise<ChildProcess> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    BOXHOST_DATA_DIR: host.config.dataDir,
-    BOXHOST_BOX_SUBNET: host.config.boxSubnet,
-    BOXHOST_POOL_SIZE_GB: String(host.config.poolSizeGb),
-    LOG_LEVEL: 'warn',
-  };
-  const child = spawn(process.execPath, [require.resolve('./fixtures/worker')], { env, stdio: ['ignore', 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    child.stdout!.on('data', (b: Buffer) => {
-      if (b.toString().includes('worker ready')) resolve(child);
-    });
-    child.on('exit', (code) => reject(new Error(`worker exited ${code}`)));
-  });
-}
-
-async function killed(child: ChildProcess) {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const gone = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await gone;
-}
 
 async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

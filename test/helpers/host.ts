@@ -41,7 +41,7 @@ export const testSubnet = () => `10.${100 + Math.floor(Math.random() * 100)}.0.0
 
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig(
-    { BOXHOST_DATA_DIR: testDataDir(), BOXHOST_PORT: '0', LOG_LEVEL: 'info', BOXHOST_BOX_SUBNET: testSubnet(), BOXHOST_POOL_SIZE_GB: '8', ...env },
+    { BOXHOST_DATA_DIR: testDataDir(), BOXHOST_PORT: '0', LOG_LEVEL: 'warn', BOXHOST_BOX_SUBNET: testSubnet(), BOXHOST_POOL_SIZE_GB: '8', ...env },
     { readDotenv: false },
   );
 }

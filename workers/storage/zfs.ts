@@ -411,8 +411,10 @@ export class ZfsStorage implements StorageDriver {
     if (!isDaemonDown(probe.stderr)) throw new Error(`zpool list failed: ${probe.stderr.trim()}`);
     if (!fs.existsSync(ZFS_FUSE)) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
     this.log.info('starting the zfs-fuse daemon');
-    // A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word.
+    // A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word; so does a
+    // missing /var/lock (it says why only to syslog).
     removeStalePidfile(ZFS_FUSE_PIDFILE, 'zfs-fuse');
+    fs.mkdirSync(path.join(realDir('/var/lock'), 'zfs'), { recursive: true, mode: 0o700 });
     // zfs-fuse daemonizes itself (and closes our pipes), so this returns at once. A concurrent
     // start by another process fails here; the wait below tells whether one of them won.
     const started = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE], { allowFailure: true, timeoutMs: 30_000 });
@@ -685,6 +687,16 @@ function serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
     if (locks.get(key) === settled) locks.delete(key);
   });
   return next;
+}
+
+/** The directory a path names, following a symlink even when its target does not exist yet. */
+function realDir(p: string): string {
+  try {
+    if (fs.lstatSync(p).isSymbolicLink()) return path.resolve(path.dirname(p), fs.readlinkSync(p));
+  } catch {
+    // absent: made as it is named
+  }
+  return p;
 }
 
 function removeStalePidfile(pidfile: string, comm: string): void {

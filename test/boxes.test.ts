@@ -1,0 +1,276 @@
+import net from 'node:net';
+import t from 'tap';
+import { startTestHost, TestHost } from './helpers/host';
+import { run } from '../core/command';
+
+/** Box routes end to end on real runc + ZFS + CNI + Redis, through HTTP. */
+t.test('boxes', async (t) => {
+  const host = await startTestHost(t);
+  const P = '/v1/projects';
+  const create = (project: string, body: object, wait = 60) => host.call('POST', `${P}/${project}/boxes?wait=${wait}`, { body });
+  const exec = (project: string, name: string, body: object) => host.call('POST', `${P}/${project}/boxes/${name}/exec`, { body });
+  const sh = async (project: string, name: string, script: string, extra: object = {}) => {
+    const r = await exec(project, name, { command: ['sh', '-c', script], ...extra });
+    if (r.status !== 200) throw new Error(`exec ${r.status}: ${r.text}`);
+    return r.body as { exit_code: number; stdout: string; stderr: string; process: number; detached: boolean };
+  };
+  const zfsList = async () => (await run(['zfs', 'list', '-H', '-r', '-o', 'name', '-t', 'all'])).stdout;
+  const boxRoot = (id: string) => `/boxes/${id}`;
+
+  t.test('create → running; the box is a real isolated container', async (t) => {
+    const accepted = await host.call('POST', `${P}/alpha/boxes`, { body: { name: 'web', environment: { GREETING: "it's me" }, tags: { tier: 'front', team: 'a' } } });
+    t.equal(accepted.status, 202);
+    t.equal(accepted.body.status, 'creating');
+    t.equal(accepted.headers.get('location'), `${P}/alpha/boxes/web`);
+    const opId = accepted.headers.get('operation-id')!;
+    t.match(opId, /^op_/);
+    const op = await host.call('GET', `/v1/operations/${opId}/wait?timeout=60`);
+    t.equal(op.body.status, 'succeeded', JSON.stringify(op.body));
+    const box = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
+    t.equal(box.status, 'running');
+    t.match(box.base, /^busybox@[0-9a-f]{12}$/);
+    t.same(box.config, { cpus: 1, ram_mb: 512, storage_gb: 10, region: 'local' });
+    t.match(box.address, /^10\.\d+\.\d+\.\d+$/);
+    t.ok((await zfsList()).includes(boxRoot(box.id)), 'root dataset exists');
+
+    t.equal((await sh('alpha', 'web', 'hostname')).stdout.trim(), 'web', 'hostname is the box name');
+    const ps = (await sh('alpha', 'web', 'ps -o pid,comm')).stdout.trim().split('\n').slice(1);
+    t.ok(ps.length <= 6, `ps shows only the box's processes: ${ps.join(' | ')}`);
+    t.match(ps[0], /^\s*1 tini/);
+    t.not((await sh('alpha', 'web', 'mount -t tmpfs none /mnt')).exit_code, 0, 'mount fails');
+    t.not((await sh('alpha', 'web', 'echo x > /sys/kernel/uevent_helper')).exit_code, 0, 'writing /sys fails');
+    t.equal((await sh('alpha', 'web', 'cat /etc/boxes-env')).stdout, "GREETING='it'\\''s me'\n");
+    t.equal((await sh('alpha', 'web', 'echo "$GREETING"')).stdout, "it's me\n", 'environment is set');
+    const quota = (await run(['zfs', 'get', '-Hp', '-o', 'value', 'refquota', (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(box.id)))!])).stdout.trim();
+    t.equal(Number(quota), 10 * 1024 ** 3, 'storage_gb is the refquota');
+  });
+
+  t.test('exec flags', async (t) => {
+    const plain = await exec('alpha', 'web', { command: ['sh', '-c', 'echo out; echo err >&2; exit 3'] });
+    t.match(plain.body, { detached: false, exit_code: 3, stdout: 'out\n', stderr: 'err\n' });
+    t.ok(plain.body.process > 0);
+    t.equal((await exec('alpha', 'web', { command: ['echo', '$HOME', '&&', 'echo', 'two'], shell: true })).body.stdout, '/root\ntwo\n', 'shell joins and runs under sh -c');
+    t.equal((await sh('alpha', 'web', 'pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
+    t.equal((await sh('alpha', 'web', 'echo $A-$GREETING', { env: { A: 'x', GREETING: 'override' } })).stdout, 'x-override\n', 'env wins over the box environment');
+    t.equal((await sh('alpha', 'web', 'id -u', { user: 'box' })).stdout, '1000\n', 'user by name');
+    const tty = await exec('alpha', 'web', { command: ['sh', '-c', '[ -t 1 ] && echo tty'], tty: true });
+    t.match(tty.body.stdout, /tty/);
+    const start = Date.now();
+    const detached = await exec('alpha', 'web', { command: ['sh', '-c', 'sleep 2; echo late > /tmp/late'], no_hup: true });
+    t.ok(Date.now() - start < 1500, 'no_hup returns at once');
+    t.match(detached.body, { detached: true, exit_code: -1 });
+    t.ok(detached.body.process > 0);
+    const timed = await exec('alpha', 'web', { command: ['sleep', '30'], timeout_secs: 1 });
+    t.equal(timed.body.exit_code, 124, 'timeout kills with 124');
+    await new Promise((r) => setTimeout(r, 2500));
+    t.equal((await sh('alpha', 'web', 'cat /tmp/late')).stdout, 'late\n', 'the detached process ran on');
+
+    const missing = await exec('alpha', 'web', { command: ['true'], cwd: '/does/not/exist' });
+    t.equal(missing.status, 400);
+    const unknownUser = await exec('alpha', 'web', { command: ['true'], user: 'nobody-here' });
+    t.equal(unknownUser.status, 400);
+    t.equal((await exec('alpha', 'web', { command: [] })).status, 400);
+    t.equal((await exec('alpha', 'web', { command: ['true'], cwd: 'relative' })).status, 400);
+    t.equal((await exec('alpha', 'nope', { command: ['true'] })).status, 404);
+  });
+
+  t.test('exec cwd /proc/self/fd/N never lands on a host directory (CVE-2024-21626 class)', async (t) => {
+    for (let fd = 3; fd <= 20; fd++) {
+      const r = await exec('alpha', 'web', { command: ['sh', '-c', 'pwd; ls /; cat /etc/hostname'], cwd: `/proc/self/fd/${fd}` });
+      if (r.status === 400) continue; // refused: fine
+      t.equal(r.status, 200);
+      t.notMatch(r.body.stdout, /boxhost|node_modules|bh-test/, `fd ${fd} stays in the box`);
+      t.notOk(r.body.stdout.includes(host.config.dataDir), `fd ${fd} does not see the host data dir`);
+    }
+  });
+
+  t.test('update: live limits, tags replaced, grace period', async (t) => {
+    const u = await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { ram_mb: 256 }, tags: { tier: 'back' }, termination_grace_period_seconds: 2 } });
+    t.equal(u.status, 200);
+    t.same(u.body.tags, { tier: 'back' });
+    t.equal(u.body.config.ram_mb, 256);
+    t.equal(u.body.config.cpus, 1, 'fields not given stay');
+    t.equal(u.body.termination_grace_period_seconds, 2);
+    const limit = (await sh('alpha', 'web', 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes')).stdout.trim();
+    t.equal(Number(limit), 256 * 1024 * 1024, 'memory limit changed live');
+    t.equal((await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { storage_gb: 5 } } })).status, 400);
+    t.equal((await host.call('PUT', `${P}/alpha/boxes/web`, { body: { tags: { n: 1 } } })).status, 400, 'map values are strings');
+  });
+
+  t.test('a process past ram_mb is killed; the box stays up', async (t) => {
+    await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { ram_mb: 64 } } });
+    const hog = await sh('alpha', 'web', 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived ${#x}');
+    t.equal(hog.exit_code, 137, 'OOM-killed');
+    t.equal((await sh('alpha', 'web', 'echo alive')).stdout, 'alive\n');
+    t.equal((await host.call('GET', `${P}/alpha/boxes/web`)).body.status, 'running');
+    await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { ram_mb: 512 } } });
+  });
+
+  t.test('fork carries files; deleting the source keeps the fork', async (t) => {
+    await sh('alpha', 'web', 'echo carried > /root/note');
+    const fork = await create('alpha', { name: 'web-copy', fork: 'web' });
+    t.equal(fork.status, 200, fork.text);
+    t.equal(fork.body.status, 'running');
+    t.equal(fork.body.fork, 'web');
+    t.equal((await sh('alpha', 'web-copy', 'cat /root/note')).stdout, 'carried\n');
+    await sh('alpha', 'web-copy', 'echo mine > /root/note');
+    t.equal((await sh('alpha', 'web', 'cat /root/note')).stdout, 'carried\n', 'the source is untouched');
+    t.equal((await create('alpha', { name: 'bad-fork', fork: 'nope' })).status, 400);
+    t.equal((await create('alpha', { name: 'bad-fork', fork: 'web@nosnap' })).status, 400);
+  });
+
+  t.test('stop, resume and the 409s', async (t) => {
+    const stopped = await host.call('POST', `${P}/alpha/boxes/web/stop?wait=30`);
+    t.equal(stopped.status, 200);
+    t.equal(stopped.body.status, 'stopped');
+    t.equal((await host.call('POST', `${P}/alpha/boxes/web/stop`)).status, 409, 'stop a stopped box');
+    t.equal((await exec('alpha', 'web', { command: ['true'] })).status, 409, 'exec needs running');
+    const resumed = await host.call('POST', `${P}/alpha/boxes/web/resume?wait=30`);
+    t.equal(resumed.body.status, 'running');
+    t.equal((await sh('alpha', 'web', 'cat /root/note')).stdout, 'carried\n', 'files survive stop/resume');
+    t.equal((await host.call('POST', `${P}/alpha/boxes/web/resume`)).status, 409, 'resume a running box');
+    // Queued behind a stop, a resume is fine and a second stop is not.
+    const s = await host.call('POST', `${P}/alpha/boxes/web/stop`);
+    t.equal(s.status, 202);
+    const r = await host.call('POST', `${P}/alpha/boxes/web/resume`);
+    t.equal(r.status, 202);
+    t.equal((await host.call('POST', `${P}/alpha/boxes/web/resume`)).status, 409);
+    const done = await host.call('GET', `/v1/operations/${r.headers.get('operation-id')}/wait?timeout=30`);
+    t.equal(done.body.status, 'succeeded');
+    t.equal((await host.call('GET', `${P}/alpha/boxes/web`)).body.status, 'running');
+  });
+
+  t.test('boxes of one project reach each other; other projects and host ports are out of reach', async (t) => {
+    t.equal((await create('alpha', { name: 'peer' })).body.status, 'running');
+    t.equal((await create('beta', { name: 'stranger' })).body.status, 'running');
+    const web = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
+    await exec('alpha', 'web', { command: ['sh', '-c', 'while true; do echo pong | nc -l -p 7070; done'], no_hup: true });
+    await new Promise((r) => setTimeout(r, 300));
+    const same = await sh('alpha', 'peer', `echo ping | timeout 3 nc ${web.address} 7070`);
+    t.equal(same.stdout.trim(), 'pong', 'same project connects');
+    const other = await sh('beta', 'stranger', `echo ping | timeout 3 nc ${web.address} 7070`);
+    t.not(other.stdout.trim(), 'pong', 'another project cannot connect');
+
+    const server = net.createServer((s) => s.end('host-secret\n'));
+    await new Promise<void>((r) => server.listen(0, '0.0.0.0', () => r()));
+    t.teardown(() => new Promise((r) => server.close(r)));
+    const port = (server.address() as net.AddressInfo).port;
+    const gateway = web.address.replace(/\.\d+$/, '.1');
+    const toHost = await sh('alpha', 'peer', `echo hi | timeout 3 nc ${gateway} ${port}`);
+    t.notMatch(toHost.stdout, /host-secret/, 'a host service is out of reach');
+    // The host can open a connection into a box (what publishing needs).
+    const fromHost = await new Promise<string>((resolve) => {
+      const c = net.connect(7070, web.address, () => c.write('ping\n'));
+      let got = '';
+      c.on('data', (b) => (got += b));
+      c.on('close', () => resolve(got));
+      c.on('error', () => resolve(got));
+      setTimeout(() => c.destroy(), 3000);
+    });
+    t.equal(fromHost.trim(), 'pong');
+  });
+
+  t.test('list: project, -, prefix, tag, pagination', async (t) => {
+    await host.call('PUT', `${P}/alpha/boxes/peer`, { body: { tags: { tier: 'back', team: 'b' } } });
+    const all = (await host.call('GET', `${P}/-/boxes`)).body;
+    t.same(all.boxes.map((b: any) => `${b.project}/${b.name}`), ['alpha/peer', 'alpha/web', 'alpha/web-copy', 'beta/stranger']);
+    t.equal(all.has_more, false);
+    t.equal(all.next_continuation_token, null);
+    t.same((await host.call('GET', `${P}/beta/boxes`)).body.boxes.map((b: any) => b.name), ['stranger']);
+    t.same((await host.call('GET', `${P}/alpha/boxes?prefix=web`)).body.boxes.map((b: any) => b.name), ['web', 'web-copy']);
+    t.same((await host.call('GET', `${P}/alpha/boxes?tag=tier=back`)).body.boxes.map((b: any) => b.name), ['peer', 'web']);
+    t.same((await host.call('GET', `${P}/alpha/boxes?tag=tier=back,team=b`)).body.boxes.map((b: any) => b.name), ['peer']);
+    t.same((await host.call('GET', `${P}/alpha/boxes?tag=team`)).body.boxes.map((b: any) => b.name), ['peer']);
+    t.same((await host.call('GET', `${P}/empty/boxes`)).body, { boxes: [], has_more: false, next_continuation_token: null });
+
+    const seen: string[] = [];
+    let token: string | null = null;
+    let pages = 0;
+    do {
+      const q: string = `max_results=1${token ? `&continuation_token=${token}` : ''}`;
+      const page: any = (await host.call('GET', `${P}/-/boxes?${q}`)).body;
+      seen.push(...page.boxes.map((b: any) => b.name));
+      token = page.next_continuation_token;
+      t.equal(page.has_more, token !== null);
+      pages++;
+    } while (token && pages < 10);
+    t.same(seen, ['peer', 'web', 'web-copy', 'stranger'], 'pages in order, last page full but has_more false');
+    t.equal((await host.call('GET', `${P}/-/boxes?max_results=1001`)).status, 400);
+    t.equal((await host.call('GET', `${P}/-/boxes?max_results=-1`)).status, 400);
+    t.equal((await host.call('GET', `${P}/-/boxes?continuation_token=garbage`)).status, 400);
+
+    const limited = await host.call('POST', '/v1/tokens', { body: { name: 'beta-only', projects: ['beta'] } });
+    const tok = limited.body.token;
+    t.same((await host.call('GET', `${P}/-/boxes`, { token: tok })).body.boxes.map((b: any) => b.name), ['stranger'], 'a limited token sees its projects only');
+    t.equal((await host.call('GET', `${P}/alpha/boxes/web`, { token: tok })).status, 404);
+    t.equal((await host.call('POST', `${P}/alpha/boxes/web/stop`, { token: tok })).status, 404);
+    t.same((await host.call('GET', `${P}/alpha/boxes`, { token: tok })).body.boxes, []);
+    t.equal((await host.call('POST', `${P}/alpha/boxes`, { token: tok, body: { name: 'sneaky' } })).status, 403);
+  });
+
+  t.test('create rules; bad input leaves nothing behind', async (t) => {
+    const before = { rows: await host.db('boxes').count({ n: '*' }), ops: await host.db('operations').count({ n: '*' }), zfs: await zfsList() };
+    const cases: [object, number, string][] = [
+      [{ name: 'Bad_Name' }, 400, 'name'],
+      [{ name: 'a--b' }, 400, 'name'],
+      [{ name: 'web' }, 409, ''],
+      [{ name: 'x1', base: 'no-such-base' }, 400, 'base'],
+      [{ name: 'x1', config: { region: 'mars' } }, 400, 'config.region'],
+      [{ name: 'x1', lifecycle: 'deploy', pack: 'p' }, 400, 'lifecycle'],
+      [{ name: 'x1', lifecycle: 'dev' }, 400, 'lifecycle'],
+      [{ name: 'x1', pack: 'not-installed' }, 400, 'pack'],
+      [{ name: 'x1', config: { cpus: 0 } }, 400, 'config.cpus'],
+      [{ name: 'x1', environment: { A: 1 } }, 400, 'environment.A'],
+      [{ name: 'x1', data_mounts: [{ name: 'vol', path: '/etc/' }] }, 400, 'data_mounts.0.path'],
+      [{ name: 'x1', data_mounts: [{ name: 'vol', path: '/srv' }] }, 400, 'data_mounts.0.name'],
+      [{ name: 'x1', base: 'busybox', fork: 'web' }, 400, 'fork'],
+      [{ name: 'x1', unknown: true }, 400, 'unknown'],
+    ];
+    for (const [body, status, field] of cases) {
+      const r = await host.call('POST', `${P}/alpha/boxes`, { body });
+      t.equal(r.status, status, `${JSON.stringify(body)} → ${status}`);
+      if (field) t.ok(r.body.error.details.some((d: any) => d.field === field), `details name ${field}: ${JSON.stringify(r.body.error.details)}`);
+      t.equal(r.body.error.code, status === 400 ? 'invalid_argument' : 'conflict');
+    }
+    const pinned = (await host.call('GET', `${P}/alpha/boxes/web`)).body.base;
+    t.equal((await create('alpha', { name: 'pinned', base: pinned })).body.status, 'running', 'name@version works');
+    await host.call('DELETE', `${P}/alpha/boxes/pinned?wait=30`);
+    t.same(await host.db('boxes').count({ n: '*' }), before.rows, 'no rows left');
+    t.equal(await zfsList(), before.zfs, 'no datasets left');
+  });
+
+  t.test('a create that fails ends failed, cleaned up, and can be deleted', async (t) => {
+    const src = (await host.call('GET', `${P}/alpha/boxes/peer`)).body;
+    // Break the source under the host: its dataset vanishes, so a fork of it cannot be made.
+    await host.call('POST', `${P}/alpha/boxes/peer/stop?wait=30`);
+    const ds = (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(src.id)))!;
+    await run(['zfs', 'rename', ds, `${ds}-moved`]);
+    t.teardown(() => run(['zfs', 'rename', `${ds}-moved`, ds], { allowFailure: true }));
+    const r = await create('alpha', { name: 'doomed', fork: 'peer' }, 60);
+    t.equal(r.body.status, 'failed');
+    t.match(r.body.error, /create failed/);
+    t.notOk((await zfsList()).includes(boxRoot(r.body.id)), 'no dataset for the failed box');
+    const containers = (await run(['runc', '--root', `${host.config.dataDir}/runc`, 'list', '-q'])).stdout;
+    t.notOk(containers.includes(r.body.id), 'no container for the failed box');
+    const del = await host.call('DELETE', `${P}/alpha/boxes/doomed?wait=30`);
+    t.equal(del.status, 204);
+    t.equal((await host.call('GET', `${P}/alpha/boxes/doomed`)).status, 404);
+    await run(['zfs', 'rename', `${ds}-moved`, ds]);
+  });
+
+  t.test('delete removes container, network and datasets', async (t) => {
+    const box = (await host.call('GET', `${P}/beta/boxes/stranger`)).body;
+    const del = await host.call('DELETE', `${P}/beta/boxes/stranger`);
+    t.equal(del.status, 202);
+    t.equal(del.body.status, 'deleting');
+    const op = await host.call('GET', `/v1/operations/${del.headers.get('operation-id')}/wait?timeout=30`);
+    t.equal(op.body.status, 'succeeded');
+    t.equal((await host.call('GET', `${P}/beta/boxes/stranger`)).status, 404);
+    t.notOk((await zfsList()).includes(boxRoot(box.id)));
+    const netns = (await run(['ip', 'netns', 'list'])).stdout;
+    t.notOk(netns.includes(box.id), 'netns gone');
+    t.equal((await host.call('DELETE', `${P}/beta/boxes/stranger`)).status, 404);
+  });
+});
+
+export type { TestHost };
