@@ -1,7 +1,7 @@
 import net from 'node:net';
 import t from 'tap';
 import { startTestHost, TestHost } from './helpers/host';
-import { run } from '../core/command';
+import { run, sleep } from '../core/command';
 
 /** Box routes end to end on real runc + ZFS + CNI + Redis, through HTTP. */
 t.test('boxes', async (t) => {
@@ -115,6 +115,15 @@ t.test('boxes', async (t) => {
     t.equal((await sh('alpha', 'web-copy', 'cat /root/note')).stdout, 'carried\n');
     await sh('alpha', 'web-copy', 'echo mine > /root/note');
     t.equal((await sh('alpha', 'web', 'cat /root/note')).stdout, 'carried\n', 'the source is untouched');
+    // Deleting a source whose snapshot a fork depends on neither fails nor breaks the fork.
+    t.equal((await create('alpha', { name: 'tmp-src' })).body.status, 'running');
+    await sh('alpha', 'tmp-src', 'echo from-src > /root/keep');
+    t.equal((await create('alpha', { name: 'tmp-fork', fork: 'tmp-src' })).body.status, 'running');
+    t.equal((await host.call('DELETE', `${P}/alpha/boxes/tmp-src?wait=30`)).status, 204, 'source deleted');
+    t.equal((await sh('alpha', 'tmp-fork', 'cat /root/keep')).stdout, 'from-src\n', 'the fork keeps its files');
+    await host.call('POST', `${P}/alpha/boxes/tmp-fork/stop?wait=30`);
+    t.equal((await host.call('POST', `${P}/alpha/boxes/tmp-fork/resume?wait=30`)).body.status, 'running', 'and still starts');
+    t.equal((await host.call('DELETE', `${P}/alpha/boxes/tmp-fork?wait=30`)).status, 204);
     t.equal((await create('alpha', { name: 'bad-fork', fork: 'nope' })).status, 400);
     t.equal((await create('alpha', { name: 'bad-fork', fork: 'web@nosnap' })).status, 400);
   });
@@ -244,8 +253,12 @@ t.test('boxes', async (t) => {
     // Break the source under the host: its dataset vanishes, so a fork of it cannot be made.
     await host.call('POST', `${P}/alpha/boxes/peer/stop?wait=30`);
     const ds = (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(src.id)))!;
-    await run(['zfs', 'rename', ds, `${ds}-moved`]);
-    t.teardown(() => run(['zfs', 'rename', `${ds}-moved`, ds], { allowFailure: true }));
+    // zfs-fuse: a dataset just used is "busy" for a moment; unmount, then retry the rename.
+    for (let i = 0; i < 20; i++) {
+      await run(['zfs', 'umount', ds], { allowFailure: true });
+      if ((await run(['zfs', 'rename', ds, `${ds}-moved`], { allowFailure: true })).exitCode === 0) break;
+      await sleep(100);
+    }
     const r = await create('alpha', { name: 'doomed', fork: 'peer' }, 60);
     t.equal(r.body.status, 'failed');
     t.match(r.body.error, /create failed/);
@@ -256,6 +269,7 @@ t.test('boxes', async (t) => {
     t.equal(del.status, 204);
     t.equal((await host.call('GET', `${P}/alpha/boxes/doomed`)).status, 404);
     await run(['zfs', 'rename', `${ds}-moved`, ds]);
+    await run(['zfs', 'mount', ds], { allowFailure: true });
   });
 
   t.test('delete removes container, network and datasets', async (t) => {

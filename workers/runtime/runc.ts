@@ -3,6 +3,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Readable, Writable } from 'node:stream';
 import { CommandError, run, sleep } from '../../core/command';
 import type { ContainerSpec, ContainerStatus, ExecOptions, ExecResult, RuntimeDriver } from '../drivers';
 import { BOX_BUSYBOX, buildOciSpec, validateEnvironment } from './ociSpec';
@@ -69,6 +70,27 @@ const WRAPPER_PREAMBLE = [
 ];
 export const EXEC_WRAPPER = [...WRAPPER_PREAMBLE, 'exec -a "$c" "$p" "$@"'].join('\n');
 /**
+ * runc (1.1) copies a foreground process's stdio through pipes of its own and only exits when
+ * every holder of them has closed them, so a background child (`sleep 60 &`) would hold the
+ * answer. So the caller's pipes are passed in as fds 3 and 4 (and 5 for stdin) with
+ * `--preserve-fds`, and the wrapper puts them in place before anything else: runc's own pipes
+ * then close at once and runc answers when the process exits.
+ */
+const REDIRECT_OUTPUT = 'exec 1>&3 2>&4 3>&- 4>&-';
+const REDIRECT_INPUT = 'exec 0<&5 5<&-';
+export function execWrapper(mode: 'pipes' | 'pipes+stdin' | 'tty' | 'detach'): string {
+  switch (mode) {
+    case 'pipes':
+      return [REDIRECT_OUTPUT, EXEC_WRAPPER].join('\n');
+    case 'pipes+stdin':
+      return [REDIRECT_OUTPUT, REDIRECT_INPUT, EXEC_WRAPPER].join('\n');
+    case 'tty':
+      return EXEC_WRAPPER;
+    case 'detach':
+      return EXEC_WRAPPER_DETACHED;
+  }
+}
+/**
  * The detached variant: the process is started in the background in a session of its own,
  * with /dev/null for stdio, and its (in-box) pid printed. Its parent is then the wrapper
  * shell inside the box, so when that exits it is re-parented to the box's init (tini) rather
@@ -79,6 +101,7 @@ export const EXEC_WRAPPER_DETACHED = [
   `setsid ${BOX_BUSYBOX} sh -c 'exec -a "$0" "$@"' "$c" "$p" "$@" </dev/null >/dev/null 2>&1 &`,
   'echo "$!"',
 ].join('\n');
+type ExecMode = 'pipes' | 'pipes+stdin' | 'tty' | 'detach';
 const CWD_FAILED_CODE = 211;
 const CWD_FAILED_MARK = 'boxhost-exec: cannot enter working directory';
 
@@ -519,13 +542,15 @@ export class RuncRuntime implements RuntimeDriver {
       for (const g of user.groups) args.push('--additional-gids', String(g));
     }
     for (const [k, v] of Object.entries(env)) args.push('--env', `${k}=${v}`);
-    const tty = !!opts.tty && !opts.detach;
-    if (tty) args.push('--tty', '--env', `TERM=${env.TERM ?? 'xterm'}`);
-    args.push(cid, BOX_BUSYBOX, 'sh', '-c', opts.detach ? EXEC_WRAPPER_DETACHED : EXEC_WRAPPER, 'boxhost-exec', cwd, ...opts.command);
+    const mode: ExecMode = opts.detach ? 'detach' : opts.tty ? 'tty' : opts.stdin !== undefined ? 'pipes+stdin' : 'pipes';
+    if (mode === 'tty') args.push('--tty', '--env', `TERM=${env.TERM ?? 'xterm'}`);
+    if (mode === 'pipes') args.push('--preserve-fds', '2');
+    if (mode === 'pipes+stdin') args.push('--preserve-fds', '3');
+    args.push(cid, BOX_BUSYBOX, 'sh', '-c', execWrapper(mode), 'boxhost-exec', cwd, ...opts.command);
 
     try {
-      if (opts.detach) {
-        const res = await this.execForeground(args, false, { ...opts, stdin: undefined, timeoutMs: 30_000 }, pidFile, logFile);
+      if (mode === 'detach') {
+        const res = await this.execForeground(args, mode, { ...opts, stdin: undefined, timeoutMs: 30_000 }, pidFile, logFile);
         if (res.exitCode !== 0) {
           throw new ExecInputError(`could not start the detached process (exit ${res.exitCode}): ${res.stderr.trim().slice(0, 500)}`);
         }
@@ -533,7 +558,7 @@ export class RuncRuntime implements RuntimeDriver {
         const pid = Number.isInteger(nsPid) && nsPid > 0 ? await this.hostPidOf(boxId, nsPid) : 0;
         return { exitCode: -1, stdout: '', stderr: '', pid, detached: true, truncated: false };
       }
-      return await this.execForeground(args, tty, opts, pidFile, logFile);
+      return await this.execForeground(args, mode, opts, pidFile, logFile);
     } finally {
       await fs.promises.rm(pidFile, { force: true });
       await fs.promises.rm(logFile, { force: true });
@@ -573,8 +598,12 @@ export class RuncRuntime implements RuntimeDriver {
     return 0;
   }
 
-  private async execForeground(args: string[], tty: boolean, opts: ExecOptions, pidFile: string, logFile: string): Promise<ExecResult> {
+  private async execForeground(args: string[], mode: ExecMode, opts: ExecOptions, pidFile: string, logFile: string): Promise<ExecResult> {
+    const tty = mode === 'tty';
     let child: ChildProcess;
+    let stdout: Readable;
+    let stderr: Readable;
+    let stdin: Writable | null = null;
     if (tty) {
       // runc's foreground `exec -t` needs a terminal of its own to relay the box's pty to; it
       // gets one from util-linux `script` (its stdout is our pipe). The outer terminal gets a
@@ -586,25 +615,34 @@ export class RuncRuntime implements RuntimeDriver {
         stdio: ['pipe', 'pipe', 'pipe'],
         env: { ...process.env, SHELL: '/bin/sh' },
       });
+      [stdout, stderr, stdin] = [child.stdout!, child.stderr!, child.stdin!];
+    } else if (mode === 'detach') {
+      child = spawn(this.runcBin, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      [stdout, stderr] = [child.stdout!, child.stderr!];
     } else {
       // Its own process group: on timeout the whole group (runc and the box process) is killed.
+      // The process's stdio are fds 3, 4 (and 5) of runc: see execWrapper.
+      const withStdin = mode === 'pipes+stdin';
       child = spawn(this.runcBin, args, {
         detached: true,
-        stdio: [opts.stdin !== undefined ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+        stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe', ...(withStdin ? (['pipe'] as const) : [])],
       });
+      stdout = child.stdio[3] as Readable;
+      stderr = child.stdio[4] as Readable;
+      if (withStdin) stdin = (child.stdio as unknown as (Readable | Writable)[])[5] as Writable;
     }
     const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
     const err = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
     let lastData = Date.now();
-    child.stdout!.on('data', (b: Buffer) => {
+    stdout.on('data', (b: Buffer) => {
       lastData = Date.now();
       out.push(b);
     });
-    child.stderr!.on('data', (b: Buffer) => {
+    stderr.on('data', (b: Buffer) => {
       lastData = Date.now();
       err.push(b);
     });
-    child.stdin?.on('error', () => {
+    stdin?.on('error', () => {
       /* the process did not read its stdin: fine */
     });
 
@@ -615,7 +653,7 @@ export class RuncRuntime implements RuntimeDriver {
     let done = false;
     void exited.then(() => (done = true), () => (done = true));
 
-    if (!tty && opts.stdin !== undefined) child.stdin!.end(opts.stdin);
+    if (!tty && stdin && opts.stdin !== undefined) stdin.end(opts.stdin);
     if (tty) {
       // Bytes written before runc has made the outer terminal raw would be echoed twice; runc
       // writes the pid file only after that. Then EOF is typed as the terminal's ^D. The pipe
@@ -625,8 +663,8 @@ export class RuncRuntime implements RuntimeDriver {
         while (!done && !fs.existsSync(pidFile)) await sleep(2);
         if (done) return;
         const data = opts.stdin;
-        child.stdin!.write(data);
-        child.stdin!.write(data[data.length - 1] === 0x0a ? '\x04' : '\x04\x04');
+        stdin!.write(data);
+        stdin!.write(data[data.length - 1] === 0x0a ? '\x04' : '\x04\x04');
       })();
     }
 
@@ -662,26 +700,25 @@ export class RuncRuntime implements RuntimeDriver {
     if (timedOut && !tty && child.pid) tryKill(-child.pid);
     // The box process has exited; a background child of it may still hold the pipes open.
     // Read what is there, then let go once output has been quiet for a moment.
-    await this.drain(child, () => lastData);
-    child.stdin?.destroy();
+    await this.drain([stdout, stderr], () => lastData);
+    stdin?.destroy();
 
     if (!timedOut) await this.throwIfRuncFailed(logFile);
     const pid = await readPid(pidFile);
     let exitCode = result.code ?? (result.signal ? 128 + (signalNumber(result.signal) ?? 0) : -1);
     if (timedOut) exitCode = 124;
-    const stdout = out.text();
-    const stderr = err.text();
-    if (!timedOut && exitCode === CWD_FAILED_CODE && (stderr.trim() === CWD_FAILED_MARK || (tty && stdout.trim() === CWD_FAILED_MARK))) {
+    const outText = out.text();
+    const errText = err.text();
+    if (!timedOut && exitCode === CWD_FAILED_CODE && (errText.trim() === CWD_FAILED_MARK || (tty && outText.trim() === CWD_FAILED_MARK))) {
       throw new ExecInputError(`working directory ${opts.cwd} does not exist in the box or cannot be entered`);
     }
-    return { exitCode, stdout, stderr, pid, detached: false, truncated: out.truncated || err.truncated };
+    return { exitCode, stdout: outText, stderr: errText, pid, detached: false, truncated: out.truncated || err.truncated };
   }
 
   /** Waits for stdout and stderr to close; once the process is gone, a background child of
    *  it that still holds them open is not waited for past a quiet moment. */
-  private drain(child: ChildProcess, lastData: () => number): Promise<void> {
+  private drain(streams: Readable[], lastData: () => number): Promise<void> {
     return new Promise((resolve) => {
-      const streams = [child.stdout!, child.stderr!];
       const open = () => streams.filter((s) => !s.readableEnded && !s.destroyed);
       let pending = open().length;
       if (pending === 0) return resolve();

@@ -1,0 +1,327 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import t, { Test } from 'tap';
+import { startTestHost } from './helpers/host';
+import { testJobs } from './fixtures/testJobs';
+
+/** The compiled CLI (this file runs as dist/test/cli.test.js). */
+const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `box ARGS` with an environment of its own: nothing of the caller's BOXHOST_* leaks in. */
+function box(args: string[], env: Record<string, string | undefined>): Promise<Run> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_') && k !== 'XDG_CONFIG_HOME'));
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { env: { ...base, ...env } as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b: Buffer) => (stdout += b));
+    child.stderr.on('data', (b: Buffer) => (stderr += b));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const json = (r: Run) => {
+  try {
+    return JSON.parse(r.stdout);
+  } catch {
+    throw new Error(`not JSON (exit ${r.code}): ${r.stdout}\nstderr: ${r.stderr}`);
+  }
+};
+
+t.test('box CLI against a real host', async (t) => {
+  const host = await startTestHost(t, {}, { extraJobs: testJobs });
+  const cfgDir = fs.mkdtempSync(path.join(os.tmpdir(), 'box-cli-'));
+  t.teardown(() => fs.rmSync(cfgDir, { recursive: true, force: true }));
+  const configFile = path.join(cfgDir, 'config.json');
+  const env = { BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken, BOXHOST_CONFIG: configFile };
+  const run = (...args: string[]) => box(args, env);
+  /** Exit 0 (asserted on the subtest `t`), with the failure's output in the message when it is not. */
+  const ok = async (t: Test, ...args: string[]) => {
+    const r = await run(...args);
+    t.equal(r.code, 0, `box ${args.join(' ')} → exit 0 (stderr: ${r.stderr.trim()})`);
+    return r;
+  };
+
+  t.test('version', async (t) => {
+    const human = await ok(t, 'version');
+    t.match(human.stdout, /^client:\s+0\.1\.0$/m);
+    t.match(human.stdout, /^server:\s+0\.1\.0$/m);
+    t.match(human.stdout, /^api:\s+v1$/m);
+    const r = await ok(t, 'version', '--json');
+    t.match(json(r), { api_version: 'v1', version: '0.1.0', commit: String });
+    t.same(json(await ok(t, '--json', 'version')), json(r), '--json before or after the command');
+  });
+
+  t.test('health --json', async (t) => {
+    const r = await run('health', '--json');
+    const body = json(r);
+    t.match(body, { status: /^(ok|degraded)$/, checks: { db: 'ok', redis: 'ok' } });
+    t.equal(r.code, body.status === 'ok' ? 0 : 1, 'exit 1 exactly when degraded (503)');
+    t.equal(body.status, 'ok', JSON.stringify(body.checks));
+    t.match((await run('health')).stdout, /^status: ok$/m);
+  });
+
+  t.test('token create, ls, rm; the new token works as --token', async (t) => {
+    const human = await ok(t, 'token', 'create', 'cli-human', '--expires-in', '3600');
+    const secret = /^\s+(\S+)\s*$/m.exec(human.stdout.split('shown only this once')[1])?.[1];
+    t.ok(secret, 'the secret is printed on a line of its own');
+    t.equal(human.stdout.split(secret!).length, 2, 'printed once');
+    t.match(human.stdout, /created token cli-human \(id tok_\w+/);
+
+    const created = json(await ok(t, 'token', 'create', 'cli-ci', '--project', 'alpha', '--project', 'beta', '--json'));
+    t.match(created, { name: 'cli-ci', projects: ['alpha', 'beta'], expires_at: null, token: String });
+
+    const admin = json(await ok(t, 'token', 'create', 'cli-admin', '--json'));
+    const ls = await ok(t, 'token', 'ls');
+    t.match(ls.stdout, /^ID\s+NAME\s+PROJECTS\s+CREATED\s+EXPIRES\s+LAST USED$/m);
+    t.match(ls.stdout, new RegExp(`^${created.id}\\s+cli-ci\\s+alpha,beta\\s`, 'm'));
+    t.notMatch(ls.stdout, created.token, 'never the secret');
+    const listed = json(await ok(t, 'token', 'ls', '--json'));
+    t.same(listed.tokens.map((x: any) => x.name).sort(), ['cli-admin', 'cli-ci', 'cli-human']);
+
+    // --token wins over BOXHOST_TOKEN (which is wrong here).
+    const withFlag = await box(['--token', admin.token, 'grant', 'ls'], { ...env, BOXHOST_TOKEN: 'bxh_wrong' });
+    t.equal(withFlag.code, 0, withFlag.stderr);
+    const limited = await run('--token', created.token, 'grant', 'ls');
+    t.equal(limited.code, 1, 'a project-limited token may not list grants');
+    t.match(limited.stderr, /^error: .*limited to projects/m);
+
+    const rm = await ok(t, 'token', 'rm', admin.id);
+    t.match(rm.stdout, `revoked token ${admin.id}`);
+    const revoked = await run('--token', admin.token, 'grant', 'ls');
+    t.equal(revoked.code, 1);
+    t.match(revoked.stderr, /^error: the bearer token is unknown, revoked or expired$/m);
+    t.equal((await run('token', 'rm', admin.id)).code, 1, 'gone');
+  });
+
+  t.test('auth settings get / set', async (t) => {
+    const got = await ok(t, 'auth', 'settings', 'get');
+    t.match(got.stdout, /^configured:\s+false$/m);
+    t.match(got.stdout, /^allowed domains:\s+-$/m);
+    const before = json(await ok(t, 'auth', 'settings', 'get', '--json'));
+    t.same(before.settings, { allow_all_idp_accounts: false, allowed_domains: [], allowed_emails: [], protect_system_domains: false });
+
+    const set = json(await ok(t, 'auth', 'settings', 'set', '--allowed-domain', 'example.com', '--allowed-domain', 'corp.example', '--protect-system-domains', 'true', '--json'));
+    t.same(set.settings, { allow_all_idp_accounts: false, allowed_domains: ['example.com', 'corp.example'], allowed_emails: [], protect_system_domains: true });
+
+    // Only the flags given are sent: the domains stay.
+    const more = await ok(t, 'auth', 'settings', 'set', '--allow-all-idp-accounts', 'true', '--allowed-email', 'Ann@Example.com');
+    t.match(more.stdout, /^allow all idp accounts:\s+true$/m);
+    t.match(more.stdout, /^allowed domains:\s+example\.com,corp\.example$/m);
+    t.match(more.stdout, /^allowed emails:\s+ann@example\.com$/m);
+
+    const cleared = json(await ok(t, 'auth', 'settings', 'set', '--clear-allowed-domains', '--json'));
+    t.same(cleared.settings.allowed_domains, []);
+    t.equal(cleared.settings.allow_all_idp_accounts, true);
+
+    const nothing = await run('auth', 'settings', 'set');
+    t.equal(nothing.code, 2, 'nothing to set is a usage error');
+    t.match(nothing.stderr, /nothing to set/);
+    t.equal((await run('auth', 'settings', 'set', '--protect-system-domains', 'maybe')).code, 2);
+
+    const bad = await run('auth', 'settings', 'set', '--allowed-email', 'not-an-email');
+    t.equal(bad.code, 1);
+    t.match(bad.stderr, /^error: invalid body/m);
+    t.match(bad.stderr, /^ {2}allowed_emails\.0: must be a valid email$/m, 'each detail on its own line');
+  });
+
+  t.test('grant create / ls / get / update / rm', async (t) => {
+    const created = await ok(t, 'grant', 'create', 'deploy-bot', '--permission', 'contents=read', '--permission', 'issues=write', '--repo', 'acme/web', '--repo', 'acme/api');
+    t.match(created.stdout, /^name:\s+deploy-bot$/m);
+    t.match(created.stdout, /^permissions:\s+contents=read,issues=write$/m);
+    t.match(created.stdout, /^repositories:\s+acme\/web,acme\/api$/m);
+
+    const dup = await run('grant', 'create', 'deploy-bot', '--permission', 'contents=read', '--repo', 'acme/web');
+    t.equal(dup.code, 1);
+    t.match(dup.stderr, /^error: /m);
+
+    const ls = await ok(t, 'grant', 'ls');
+    t.match(ls.stdout, /^NAME\s+PERMISSIONS\s+REPOSITORIES\s+UPDATED$/m);
+    t.match(ls.stdout, /^deploy-bot\s+contents=read,issues=write\s+acme\/web,acme\/api\s/m);
+
+    t.match(json(await ok(t, 'grant', 'get', 'deploy-bot', '--json')), {
+      name: 'deploy-bot',
+      permissions: { contents: 'read', issues: 'write' },
+      repositories: ['acme/web', 'acme/api'],
+    });
+
+    const updated = json(await ok(t, 'grant', 'update', 'deploy-bot', '--repo', 'acme/docs', '--json'));
+    t.same(updated.repositories, ['acme/docs'], '--repo replaces the list');
+    t.same(updated.permissions, { contents: 'read', issues: 'write' }, 'permissions untouched');
+    t.equal((await run('grant', 'update', 'deploy-bot')).code, 2, 'nothing to update');
+
+    const invalid = await run('grant', 'create', 'x', '--permission', 'contents=admin', '--repo', 'acme/web');
+    t.equal(invalid.code, 1);
+    t.match(invalid.stderr, /^ {2}permissions\.contents: /m);
+    t.equal((await run('grant', 'create', 'x', '--repo', 'acme/web')).code, 2, '--permission is required');
+    t.equal((await run('grant', 'create', 'x', '--permission', 'contents', '--repo', 'a/b')).code, 2, 'NAME=LEVEL');
+
+    t.match((await ok(t, 'grant', 'rm', 'deploy-bot')).stdout, 'deleted grant deploy-bot');
+    t.match((await ok(t, 'grant', 'ls')).stdout, /^no grants$/m);
+  });
+
+  t.test('a failing call prints the server message and exits 1', async (t) => {
+    const r = await run('grant', 'get', 'no-such-grant');
+    t.equal(r.code, 1);
+    t.equal(r.stdout, '');
+    t.equal(r.stderr, 'error: grant no-such-grant not found\n', "the server's message, nothing else");
+    const noToken = await box(['grant', 'ls'], { BOXHOST_URL: host.url, BOXHOST_CONFIG: configFile });
+    t.equal(noToken.code, 1);
+    t.match(noToken.stderr, /^error: a valid bearer token is required$/m);
+    t.match(noToken.stderr, /hint: no token is set/);
+  });
+
+  t.test('usage errors exit 2', async (t) => {
+    for (const args of [['no-such-command'], ['create', 'web', '--cpus', 'many'], ['grant', 'get'], ['ls', '-p', 'a', '--all-projects'], ['exec', 'web', 'ls', '-la'], []]) {
+      const r = await run(...args);
+      t.equal(r.code, 2, `box ${args.join(' ')}: ${r.stderr.split('\n')[0]}`);
+      t.ok(r.stderr.length > 0, 'says why on stderr');
+    }
+    t.equal((await run('--help')).code, 0);
+  });
+
+  t.test('connection failure says where and what to set', async (t) => {
+    const r = await box(['version'], { BOXHOST_URL: 'http://127.0.0.1:9', BOXHOST_CONFIG: configFile });
+    t.equal(r.code, 1);
+    t.match(r.stderr, /^error: cannot reach the boxhost api at http:\/\/127\.0\.0\.1:9 \(BOXHOST_URL\)/m);
+    t.match(r.stderr, /BOXHOST_URL/);
+    t.match(r.stderr, /box target add/);
+  });
+
+  t.test('target add / use / ls, then a call through the target', async (t) => {
+    const tenv = { BOXHOST_CONFIG: path.join(cfgDir, 'targets.json') };
+    const tb = (...args: string[]) => box(args, tenv);
+    t.match((await tb('target', 'ls')).stdout, /no targets yet/);
+    const add = await tb('target', 'add', 'local', '--url', host.url, '--token', host.adminToken);
+    t.equal(add.code, 0, add.stderr);
+    t.match(add.stdout, /\(current\)/, 'the first target becomes current');
+    t.equal((await tb('target', 'add', 'down', '--url', 'http://127.0.0.1:9')).code, 0);
+    t.equal((await tb('target', 'add', 'nourl')).code, 2, '--url is required');
+
+    const cfg = JSON.parse(fs.readFileSync(tenv.BOXHOST_CONFIG, 'utf8'));
+    t.same(cfg, { current: 'local', targets: { local: { url: host.url, token: host.adminToken }, down: { url: 'http://127.0.0.1:9' } } });
+    t.equal(fs.statSync(tenv.BOXHOST_CONFIG).mode & 0o777, 0o600, 'the file holding tokens is private');
+
+    const ls = await tb('target', 'ls');
+    t.match(ls.stdout, new RegExp(`^\\*\\s+local\\s+${host.url.replace(/\./g, '\\.')}\\s+set$`, 'm'));
+    t.match(ls.stdout, /^\s+down\s+http:\/\/127\.0\.0\.1:9\s+none$/m);
+    t.notMatch(ls.stdout, host.adminToken);
+
+    const viaTarget = await tb('version', '--json');
+    t.equal(viaTarget.code, 0, viaTarget.stderr);
+    t.equal((await tb('token', 'ls')).code, 0, 'the target token is used');
+
+    t.equal((await tb('target', 'use', 'down')).code, 0);
+    const down = await tb('version');
+    t.equal(down.code, 1);
+    t.match(down.stderr, /http:\/\/127\.0\.0\.1:9 \(target down\)/);
+    t.equal((await tb('--target', 'local', 'token', 'ls')).code, 0, '--target picks another');
+    t.equal((await box(['grant', 'ls'], { ...tenv, BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken })).code, 0, 'env beats the target');
+    t.equal((await tb('--target', 'nope', 'version')).code, 2, 'unknown target');
+    t.equal((await tb('target', 'use', 'nope')).code, 2);
+
+    t.equal((await tb('target', 'use', 'local')).code, 0);
+    t.match(json(await tb('target', 'ls', '--json')), { current: 'local' });
+
+    // XDG_CONFIG_HOME is honoured when BOXHOST_CONFIG is not set.
+    const xdg = path.join(cfgDir, 'xdg');
+    t.equal((await box(['target', 'add', 'x', '--url', host.url], { XDG_CONFIG_HOME: xdg })).code, 0);
+    t.ok(fs.existsSync(path.join(xdg, 'boxhost', 'config.json')));
+  });
+
+  t.test('box ls on an empty project', async (t) => {
+    const r = await ok(t, 'ls', '-p', 'empty-project');
+    t.equal(r.stdout, 'no boxes in project empty-project\n');
+    t.same(json(await ok(t, 'ls', '-p', 'empty-project', '--json')), { boxes: [], has_more: false, next_continuation_token: null });
+    t.same(json(await box(['ls', '--json'], { ...env, BOXHOST_PROJECT: 'other-empty' })), { boxes: [], has_more: false, next_continuation_token: null });
+    const bad = await run('ls', '-p', 'Bad_Name');
+    t.equal(bad.code, 1);
+    t.match(bad.stderr, /^error: invalid path/m);
+  });
+
+  t.test('op get / op wait', async (t) => {
+    const enqueue = (kind: string, payload: unknown) =>
+      host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload, resource: `/v1/test/${kind}`, attempts: 1 }));
+    const dir = fs.mkdtempSync(path.join(cfgDir, 'jobs-'));
+    const slow = await enqueue('test.slow', { dir, sleepMs: 300, name: 'cli' });
+    const done = await ok(t, 'op', 'wait', slow.id, '--timeout', '30');
+    t.match(done.stdout, /^status:\s+succeeded$/m);
+    t.match(json(await ok(t, 'op', 'get', slow.id, '--json')), { id: slow.id, kind: 'test.slow', status: 'succeeded', progress: 100 });
+
+    const failing = await enqueue('test.fail', { dir });
+    const failed = await run('op', 'wait', failing.id, '--timeout', '30');
+    t.equal(failed.code, 1, 'a failed operation exits 1');
+    t.match(failed.stdout, /^error:\s+this job always fails$/m);
+    const missing = await run('op', 'get', 'op_nothere');
+    t.equal(missing.code, 1);
+    t.match(missing.stderr, /^error: operation op_nothere not found$/m);
+  });
+
+  const health = json(await run('health', '--json'));
+  const noBoxes = health.status === 'ok' ? false : `the host cannot run boxes here: ${JSON.stringify(health.checks)}`;
+  t.test('box lifecycle', { skip: noBoxes }, async (t) => {
+    const p = ['-p', 'cli'];
+    const created = await run('create', 'web', ...p, '--tag', 'tier=front', '--env', 'GREETING=hello world', '--cpus', '1', '--ram-mb', '256', '--wait');
+    t.equal(created.code, 0, created.stderr);
+    t.match(created.stdout, 'created box web');
+    t.match(created.stderr, 'creating box web…', 'progress on stderr');
+
+    const box1 = json(await ok(t, 'get', 'web', ...p, '--json'));
+    t.match(box1, { name: 'web', project: 'cli', status: 'running', tags: { tier: 'front' }, environment: { GREETING: 'hello world' }, config: { cpus: 1, ram_mb: 256 } });
+    const ls = await ok(t, 'ls', ...p);
+    t.match(ls.stdout, /^NAME\s+PROJECT\s+STATUS\s+BASE\s+ADDRESS\s+CREATED$/m);
+    t.match(ls.stdout, /^web\s+cli\s+running\s+busybox@\S+\s+\d+\.\d+\.\d+\.\d+\s/m);
+    t.match((await ok(t, 'project', 'ls')).stdout, /^cli\s+1\s/m);
+
+    const ex = await run('exec', 'web', ...p, '--', 'sh', '-c', 'echo "$GREETING"; echo to-err >&2; exit 7');
+    t.equal(ex.code, 7, 'the command exit code');
+    t.equal(ex.stdout, 'hello world\n');
+    t.equal(ex.stderr, 'to-err\n');
+    const sh = await run('exec', 'web', ...p, '--shell', '--env', 'X=1', '--cwd', '/tmp', '--', 'echo $X; pwd');
+    t.equal(sh.code, 0, sh.stderr);
+    t.equal(sh.stdout, '1\n/tmp\n');
+    t.match(json(await run('exec', 'web', ...p, '--json', '--', 'true')), { exit_code: 0, detached: false });
+
+    const upd = json(await ok(t, 'update', 'web', ...p, '--tag', 'tier=back', '--tag', 'team=a', '--grace-period', '5', '--json'));
+    t.same(upd.tags, { tier: 'back', team: 'a' });
+    t.equal(upd.termination_grace_period_seconds, 5);
+    t.same(json(await ok(t, 'update', 'web', ...p, '--clear-tags', '--json')).tags, {}, 'tags replace the whole map');
+
+    const fork = await run('fork', 'web', 'web2', ...p, '--wait');
+    t.equal(fork.code, 0, fork.stderr);
+    const page = await ok(t, 'ls', ...p, '--max-results', '1');
+    t.match(page.stderr, /more boxes: add --continuation-token \S+/);
+    const token = /--continuation-token (\S+)/.exec(page.stderr)![1];
+    t.match((await ok(t, 'ls', ...p, '--max-results', '1', '--continuation-token', token)).stdout, /^web2\s/m);
+    t.match((await ok(t, 'ls', '--all-projects', '--prefix', 'web')).stdout, /^web2?\s+cli\s/m);
+
+    // Without --wait: the box in its transitional state and the operation to follow.
+    const stop = await ok(t, 'stop', 'web', ...p);
+    t.match(stop.stdout, /^status:\s+stopping$/m);
+    const opId = /^operation: (op_\w+)/m.exec(stop.stdout)![1];
+    t.match((await ok(t, 'op', 'wait', opId, '--timeout', '60')).stdout, /^status:\s+succeeded$/m);
+    t.match(json(await ok(t, 'get', 'web', ...p, '--json')), { status: 'stopped' });
+    const again = await run('stop', 'web', ...p);
+    t.equal(again.code, 1, 'stopping a stopped box is a conflict');
+    t.match(again.stderr, /^error: /m);
+
+    const resumed = json(await ok(t, 'resume', 'web', ...p, '--wait', '--json'));
+    t.match(resumed, { kind: String, status: 'succeeded' }, '--wait --json prints the finished operation');
+    t.match(json(await ok(t, 'get', 'web', ...p, '--json')), { status: 'running' });
+
+    t.equal((await run('rm', 'web2', ...p, '--wait')).code, 0);
+    t.equal((await run('rm', 'web', ...p, '--wait')).code, 0);
+    const gone = await run('get', 'web', ...p);
+    t.equal(gone.code, 1);
+    t.match(gone.stderr, /^error: box cli\/web not found$/m);
+  });
+});
