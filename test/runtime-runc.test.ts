@@ -163,6 +163,9 @@ t.test('a box runs', async (t) => {
     t.equal((await ex(['pwd'])).stdout, '/\n');
     t.equal((await ex(['pwd'], { cwd: '/tmp' })).stdout, '/tmp\n');
     t.equal((await ex(['cat'], { stdin: Buffer.from('piped\ninput') })).stdout, 'piped\ninput');
+    const dev = await ex(['sh', '-c', 'echo to-err > /dev/stderr; echo to-out > /dev/stdout; cat /dev/stdin'], { stdin: Buffer.from('in') });
+    t.same([dev.stdout, dev.stderr], ['to-out\nin', 'to-err\n'], '/dev/stdout, /dev/stderr and /dev/stdin open');
+    t.equal((await ex(['sh', '-c', 'read x || echo eof'])).stdout, 'eof\n', 'no stdin: end of file at once');
     const args = ['a b', '', "q'uote", '$(echo no)', '*'];
     t.equal((await ex(['sh', '-c', 'for a in "$@"; do echo "[$a]"; done', 'sh', ...args])).stdout, args.map((a) => `[${a}]\n`).join(''));
     await t.rejects(ex(['pwd'], { cwd: '/no/such/dir' }), ExecInputError);

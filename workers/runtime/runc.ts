@@ -1,6 +1,7 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
@@ -621,15 +622,36 @@ export class RuncRuntime implements RuntimeDriver {
       [stdout, stderr] = [child.stdout!, child.stderr!];
     } else {
       // Its own process group: on timeout the whole group (runc and the box process) is killed.
-      // The process's stdio are fds 3, 4 (and 5) of runc: see execWrapper.
+      // The process's stdio are fds 3, 4 (and 5) of runc (see execWrapper), and real pipes
+      // (FIFOs), not the socket pairs Node makes: `echo x > /dev/stderr` must work in a box.
       const withStdin = mode === 'pipes+stdin';
-      child = spawn(this.runcBin, args, {
-        detached: true,
-        stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe', ...(withStdin ? (['pipe'] as const) : [])],
-      });
-      stdout = child.stdio[3] as Readable;
-      stderr = child.stdio[4] as Readable;
-      if (withStdin) stdin = (child.stdio as unknown as (Readable | Writable)[])[5] as Writable;
+      const fifos = await makeFifos(pidFile.replace(/\.pid$/, ''), withStdin ? 3 : 2);
+      const { O_RDONLY, O_WRONLY, O_NONBLOCK } = fs.constants;
+      const childFds: number[] = [];
+      try {
+        const outR = fs.openSync(fifos[0], O_RDONLY | O_NONBLOCK);
+        stdout = new net.Socket({ fd: outR, readable: true, writable: false });
+        childFds.push(fs.openSync(fifos[0], O_WRONLY)); // a reader is there: does not block
+        const errR = fs.openSync(fifos[1], O_RDONLY | O_NONBLOCK);
+        stderr = new net.Socket({ fd: errR, readable: true, writable: false });
+        childFds.push(fs.openSync(fifos[1], O_WRONLY));
+        if (withStdin) {
+          const tmpR = fs.openSync(fifos[2], O_RDONLY | O_NONBLOCK);
+          const inW = fs.openSync(fifos[2], O_WRONLY);
+          // The box's end must block like any stdin: reopen the FIFO without O_NONBLOCK (a
+          // writer is there, so this does not wait either).
+          childFds.push(fs.openSync(`/proc/self/fd/${tmpR}`, O_RDONLY));
+          fs.closeSync(tmpR);
+          stdin = new net.Socket({ fd: inW, readable: false, writable: true });
+        }
+        child = spawn(this.runcBin, args, {
+          detached: true,
+          stdio: ['ignore', 'ignore', 'ignore', ...childFds],
+        });
+      } finally {
+        for (const fd of childFds) fs.closeSync(fd);
+        for (const f of fifos) await fs.promises.rm(f, { force: true });
+      }
     }
     const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
     const err = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
@@ -827,6 +849,13 @@ async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   const tmp = `${file}.${crypto.randomBytes(4).toString('hex')}.tmp`;
   await fs.promises.writeFile(tmp, JSON.stringify(value, null, 1), { mode: 0o600 });
   await fs.promises.rename(tmp, file);
+}
+
+/** Makes `n` FIFOs next to `base` (Node has no mkfifo). */
+async function makeFifos(base: string, n: number): Promise<string[]> {
+  const paths = Array.from({ length: n }, (_, i) => `${base}.fifo${i}`);
+  await run(['mkfifo', '-m', '600', ...paths]);
+  return paths;
 }
 
 async function readTail(file: string, bytes: number): Promise<string> {
