@@ -1,7 +1,7 @@
 import { boxesRepo } from '../db/repos/boxes';
 import { defineJob } from './types';
 import { BOX_JOB, BoxJobPayload, boxJobPayload } from './boxJobs';
-import { destroyBox, startBox } from '../workers/boxMachine';
+import { attachBox, destroyBox, startBox } from '../workers/boxMachine';
 
 /** creating → running: clone the root, join the network, start the container. */
 export const createBoxJob = defineJob<BoxJobPayload>({
@@ -11,9 +11,10 @@ export const createBoxJob = defineJob<BoxJobPayload>({
     const box = await boxesRepo.byId(host.db, payload.boxId);
     if (!box) return; // deleted before its turn came
     if (!payload.source) throw new Error('create without a root source');
-    await host.storage.createBoxRoot(box.id, payload.source, box.config.storage_gb);
+    // The root and the network do not depend on each other: make them side by side.
+    const [, attachment] = await Promise.all([host.storage.createBoxRoot(box.id, payload.source, box.config.storage_gb), attachBox(host, box)]);
     await progress(50);
-    await startBox(host, box);
+    await startBox(host, box, attachment);
     await boxesRepo.update(host.db, box.id, { status: 'running', error: null });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */

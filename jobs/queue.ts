@@ -1,12 +1,12 @@
-import { ConnectionOptions, Queue } from 'bullmq';
+import { ConnectionOptions, Queue, QueueEvents } from 'bullmq';
 import type { RedisOptions } from 'ioredis';
 import type { Db } from '../db/knex';
 import { OperationRow, operationsRepo, isFinished } from '../db/repos/operations';
 import { newId, now } from '../core/ids';
-import { sleep } from '../core/command';
 import type { JobEnvelope } from './types';
 
 export const DEFAULT_ATTEMPTS = 5;
+const FALLBACK_POLL_MS = 500;
 
 /** The queue a host's worker consumes; named per node so several hosts can share one Redis. */
 export const nodeQueueName = (nodeId: string) => `node-${nodeId}`;
@@ -29,11 +29,40 @@ export interface EnqueueRequest {
  */
 export class OperationQueue {
   readonly queue: Queue;
+  /** Wakes waiters the moment a job ends, instead of them polling the db on a schedule. */
+  private readonly events: QueueEvents;
+  private readonly waiters = new Map<string, Set<() => void>>();
 
   constructor(private readonly db: Db, connection: RedisOptions, prefix: string, nodeId: string) {
     // Commands fail fast while Redis is down instead of queueing forever: the api answers 503.
     this.queue = new Queue(nodeQueueName(nodeId), { connection: { ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 } as ConnectionOptions, prefix });
     this.queue.on('error', () => undefined);
+    this.events = new QueueEvents(nodeQueueName(nodeId), { connection: connection as ConnectionOptions, prefix });
+    this.events.on('error', () => undefined);
+    const wake = ({ jobId }: { jobId: string }) => {
+      for (const w of this.waiters.get(jobId) ?? []) w();
+    };
+    this.events.on('completed', wake);
+    this.events.on('failed', wake);
+  }
+
+  /** Resolves when job `id` completes or fails (any attempt), or after `ms`. */
+  private nextEvent(id: string, ms: number): { done: Promise<void>; cancel(): void } {
+    let timer: NodeJS.Timeout | undefined;
+    let wake!: () => void;
+    const done = new Promise<void>((resolve) => {
+      wake = resolve;
+      timer = setTimeout(resolve, ms);
+    });
+    const set = this.waiters.get(id) ?? new Set();
+    set.add(wake);
+    this.waiters.set(id, set);
+    const cancel = () => {
+      clearTimeout(timer);
+      set.delete(wake);
+      if (set.size === 0) this.waiters.delete(id);
+    };
+    return { done: done.then(cancel), cancel };
   }
 
   async enqueue(trx: Db, req: EnqueueRequest): Promise<OperationRow> {
@@ -67,15 +96,20 @@ export class OperationQueue {
     return (await operationsRepo.get(trx, row.id))!;
   }
 
-  /** Polls the row until it finishes or `timeoutMs` passes; answers it either way. */
+  /** Answers the operation row once it finishes, or as it is when `timeoutMs` runs out. The
+   *  queue's events wake the wait; the db stays the truth, read again at least every 500 ms
+   *  in case an event was missed (Redis reconnecting). */
   async waitFor(id: string, timeoutMs: number): Promise<OperationRow | undefined> {
     const deadline = Date.now() + timeoutMs;
-    let delay = 25;
     for (;;) {
+      // Listen before reading, so an end that lands between the two is not missed.
+      const next = this.nextEvent(id, Math.max(0, Math.min(FALLBACK_POLL_MS, deadline - Date.now())));
       const row = await operationsRepo.get(this.db, id);
-      if (!row || isFinished(row.status) || Date.now() >= deadline) return row;
-      await sleep(Math.min(delay, Math.max(1, deadline - Date.now())));
-      delay = Math.min(delay * 2, 250);
+      if (!row || isFinished(row.status) || Date.now() >= deadline) {
+        next.cancel();
+        return row;
+      }
+      await next.done;
     }
   }
 
@@ -87,7 +121,10 @@ export class OperationQueue {
     return (await withTimeout(this.queue.getWorkers(), 2000, 'redis timeout')).length;
   }
 
-  close = () => this.queue.close();
+  close = async () => {
+    await this.events.close();
+    await this.queue.close();
+  };
 }
 
 export async function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {

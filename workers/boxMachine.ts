@@ -1,7 +1,7 @@
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
-import type { ContainerSpec, ProjectNetwork } from './drivers';
+import type { ContainerSpec, NetworkAttachment, ProjectNetwork } from './drivers';
 import type { WorkerContext } from './context';
 
 /**
@@ -14,9 +14,13 @@ async function projectNetwork(ctx: WorkerContext, project: string): Promise<Proj
   return { index: p.net_index };
 }
 
-/** Joins the box to its project network and starts its container from the stored config. */
-export async function startBox(ctx: WorkerContext, box: BoxRecord): Promise<void> {
-  const attachment = await ctx.network.attach(box.id, await projectNetwork(ctx, box.project));
+/** Joins the box to its project network (idempotent: an attached box answers its attachment). */
+export const attachBox = async (ctx: WorkerContext, box: BoxRecord) => ctx.network.attach(box.id, await projectNetwork(ctx, box.project));
+
+/** Starts the box's container from the stored config, on its network (joined here unless the
+ *  caller already did it alongside other work). */
+export async function startBox(ctx: WorkerContext, box: BoxRecord, attached?: NetworkAttachment): Promise<void> {
+  const attachment = attached ?? (await attachBox(ctx, box));
   if (box.address !== attachment.address) await boxesRepo.update(ctx.db, box.id, { address: attachment.address });
   const rootfs = ctx.storage.boxRootPath(box.id);
   const spec: ContainerSpec = {

@@ -153,11 +153,13 @@ export class CniNetwork implements NetworkDriver {
     const fwd: string[][] = [
       // Same bridge = same project: bridged, not routed.
       ['-m', 'physdev', '--physdev-is-bridged', '-j', 'ACCEPT'],
-      // Routed from one project bridge to another.
+      // Routed from one project bridge to another (TCP is reset: callers fail fast).
+      ['-i', br, '-o', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
       ['-i', br, '-o', br, '-j', 'DROP'],
       ['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT'],
     ];
     if (this.outbound) fwd.push(['-i', br, '!', '-o', br, '-j', 'ACCEPT']);
+    fwd.push(['-i', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset']);
     fwd.push(['-j', 'DROP']);
     await this.ensureChain(ipt, 'filter', this.chainFwd, fwd);
     await this.ensureHook(ipt, 'filter', 'INPUT', ['-i', br, '-j', this.chainIn]);

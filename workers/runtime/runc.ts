@@ -20,6 +20,10 @@ export const SCRIPT_BIN = '/usr/bin/script';
 /** The caller asked for something the box cannot do (bad cwd, unknown user, …): HTTP 400. */
 export class ExecInputError extends Error {
   override name = 'ExecInputError';
+  /** The exec option at fault: command, cwd, env, user or timeout. */
+  constructor(message: string, readonly field: 'command' | 'cwd' | 'env' | 'user' | 'timeout' = 'command') {
+    super(message);
+  }
 }
 
 /** The container does not exist or is not running (exec into it is impossible): HTTP 409. */
@@ -425,7 +429,7 @@ export class RuncRuntime implements RuntimeDriver {
     const cid = this.containerId(boxId);
     const args = ['update'];
     if (limits.ramMb !== undefined) {
-      if (!(limits.ramMb >= 4)) throw new ExecInputError('ramMb must be at least 4');
+      if (!(limits.ramMb >= 4)) throw new RangeError('ramMb must be at least 4');
       const bytes = String(Math.round(limits.ramMb * 1024 * 1024));
       // Both together: raising the memory limit alone fails (memsw must move first) and can
       // leave runc's state.json inconsistent.
@@ -521,14 +525,14 @@ export class RuncRuntime implements RuntimeDriver {
     }
     if (opts.command.some((a) => typeof a !== 'string' || a.includes('\0'))) throw new ExecInputError('command arguments must be strings without NUL');
     const cwd = opts.cwd ?? '/';
-    if (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0')) throw new ExecInputError('cwd must be an absolute path');
+    if (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0')) throw new ExecInputError('cwd must be an absolute path', 'cwd');
     const env: Record<string, string> = { ...(await this.storedEnvironment(boxId)), ...(opts.env ?? {}) };
     try {
       validateEnvironment(env);
     } catch (e) {
-      throw new ExecInputError((e as Error).message);
+      throw new ExecInputError((e as Error).message, 'env');
     }
-    if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive');
+    if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive', 'timeout');
 
     const user = opts.user !== undefined && opts.user !== '' ? await this.resolveUser(boxId, opts.user) : null;
 
@@ -732,7 +736,7 @@ export class RuncRuntime implements RuntimeDriver {
     const outText = out.text();
     const errText = err.text();
     if (!timedOut && exitCode === CWD_FAILED_CODE && (errText.trim() === CWD_FAILED_MARK || (tty && outText.trim() === CWD_FAILED_MARK))) {
-      throw new ExecInputError(`working directory ${opts.cwd} does not exist in the box or cannot be entered`);
+      throw new ExecInputError(`working directory ${opts.cwd} does not exist in the box or cannot be entered`, 'cwd');
     }
     return { exitCode, stdout: outText, stderr: errText, pid, detached: false, truncated: out.truncated || err.truncated };
   }
@@ -793,24 +797,24 @@ export class RuncRuntime implements RuntimeDriver {
    */
   private async resolveUser(boxId: string, spec: string): Promise<{ uid: number; gid: number; groups: number[] }> {
     const m = /^([^:]+)(?::([^:]+))?$/.exec(spec);
-    if (!m) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`);
+    if (!m) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`, 'user');
     const [, u, g] = m;
     const isNum = (s: string) => /^\d+$/.test(s) && Number(s) <= MAX_ID;
     if (isNum(u) && g !== undefined && isNum(g)) return { uid: Number(u), gid: Number(g), groups: [] };
-    if (!isNum(u) && !/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/.test(u)) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`);
+    if (!isNum(u) && !/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/.test(u)) throw new ExecInputError(`invalid user ${JSON.stringify(spec)}`, 'user');
 
     const { passwd, group } = await this.readAccounts(boxId);
     const users = parsePasswd(passwd);
     const groups = parseGroup(group);
     const entry = isNum(u) ? users.find((e) => e.uid === Number(u)) : users.find((e) => e.name === u);
-    if (!entry && !isNum(u)) throw new ExecInputError(`unknown user ${JSON.stringify(u)} in the box`);
+    if (!entry && !isNum(u)) throw new ExecInputError(`unknown user ${JSON.stringify(u)} in the box`, 'user');
     const uid = entry ? entry.uid : Number(u);
     let gid = entry ? entry.gid : 0;
     if (g !== undefined) {
       if (isNum(g)) gid = Number(g);
       else {
         const ge = groups.find((e) => e.name === g);
-        if (!ge) throw new ExecInputError(`unknown group ${JSON.stringify(g)} in the box`);
+        if (!ge) throw new ExecInputError(`unknown group ${JSON.stringify(g)} in the box`, 'user');
         gid = ge.gid;
       }
     }

@@ -1,0 +1,535 @@
+/**
+ * boxhost benchmark: a real host in this process (api + worker, temp data dir, its own loop-file
+ * pool), measured against the raw tools in the same run.
+ *
+ *   1. create→running through the API (POST …/boxes?wait=60 until 200 + running)
+ *      vs `zfs clone` + `runc run -d` of the same base snapshot
+ *   2. exec `true` through the API vs `runc exec <the same box's container> true`
+ *   3. fork of a box holding 1 GiB vs fork of an empty box
+ *
+ * It reports, it does not assert: the exit code is 0 whether targets are met or not (1 only when
+ * the bench itself could not run). Everything it made is removed at the end, also on error.
+ *
+ *   npm run bench        (or: npx tsc -p . && node dist/bench/main.js)
+ *
+ * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024).
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { loadConfig, Config } from '../core/config';
+import { startHost, Host } from '../core/host';
+import { cleanupHost } from '../test/helpers/cleanup';
+import { busyboxVersion } from '../workers/bases/busyboxRootfs';
+import { ZfsStorage } from '../workers/storage/zfs';
+import { RuncRuntime, RUNC_BIN } from '../workers/runtime/runc';
+import { operationsRepo } from '../db/repos/operations';
+import { boxesRepo } from '../db/repos/boxes';
+import { projectsRepo } from '../db/repos/projects';
+import { RawRunner, spawnCollect } from './raw';
+import { Profiler } from './profile';
+import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
+
+const PROJECT = 'bench';
+const intEnv = (name: string, dflt: number) => {
+  const v = Number(process.env[name]);
+  return Number.isInteger(v) && v > 0 ? v : dflt;
+};
+const N_CREATES = intEnv('BENCH_CREATES', 20);
+const N_EXECS = intEnv('BENCH_EXECS', 200);
+const N_FORKS = intEnv('BENCH_FORKS', 5);
+const BIG_MB = intEnv('BENCH_BIG_MB', 1024);
+
+const TARGETS = { create: 1.5, exec: 1.5, fork: 1.2 };
+
+const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
+
+// ------------------------------------------------------------------ host and HTTP
+
+interface CallResult {
+  status: number;
+  headers: Headers;
+  body: any;
+  text: string;
+}
+
+function benchConfig(): Config {
+  const base = os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir();
+  return loadConfig(
+    {
+      BOXHOST_DATA_DIR: fs.mkdtempSync(path.join(base, 'bh-bench-')),
+      BOXHOST_PORT: '0',
+      LOG_LEVEL: 'warn',
+      BOXHOST_BOX_SUBNET: `10.${100 + Math.floor(Math.random() * 100)}.0.0/16`,
+      // Set, so that startHost does not print a generated one.
+      BOXHOST_ADMIN_TOKEN: crypto.randomBytes(24).toString('hex'),
+    },
+    { readDotenv: false },
+  );
+}
+
+class Api {
+  constructor(
+    readonly url: string,
+    private readonly token: string,
+  ) {}
+
+  async call(method: string, p: string, body?: unknown): Promise<CallResult> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(`${this.url}${p}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    let parsed: any;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    return { status: res.status, headers: res.headers, body: parsed, text };
+  }
+}
+
+interface CreateSample {
+  name: string;
+  ms: number;
+  opId: string | null;
+  sentAt: number;
+  answeredAt: number;
+  box: any;
+}
+
+async function createBox(api: Api, name: string, extra: Record<string, unknown> = {}): Promise<CreateSample> {
+  const sentAt = Date.now();
+  const t0 = nowMs();
+  const res = await api.call('POST', `/v1/projects/${PROJECT}/boxes?wait=60`, { name, ...extra });
+  const ms = nowMs() - t0;
+  const answeredAt = Date.now();
+  if (res.status !== 200 || res.body?.status !== 'running') {
+    throw new Error(`create ${name} answered ${res.status} (status ${res.body?.status ?? '?'}): ${res.text.slice(0, 500)}`);
+  }
+  return { name, ms, opId: res.headers.get('operation-id'), sentAt, answeredAt, box: res.body };
+}
+
+async function deleteBox(api: Api, name: string): Promise<void> {
+  const res = await api.call('DELETE', `/v1/projects/${PROJECT}/boxes/${name}?wait=60`);
+  if (![200, 204, 404].includes(res.status)) throw new Error(`delete ${name} answered ${res.status}: ${res.text.slice(0, 300)}`);
+  if (res.status === 200 && res.body?.status === 'failed') throw new Error(`delete ${name} left it failed: ${res.body.error}`);
+}
+
+async function execApi(api: Api, box: string, command: string[], timeoutSecs?: number): Promise<{ ms: number; body: any }> {
+  const t0 = nowMs();
+  const res = await api.call('POST', `/v1/projects/${PROJECT}/boxes/${box}/exec`, { command, ...(timeoutSecs ? { timeout_secs: timeoutSecs } : {}) });
+  const ms = nowMs() - t0;
+  if (res.status !== 200) throw new Error(`exec in ${box} answered ${res.status}: ${res.text.slice(0, 500)}`);
+  return { ms, body: res.body };
+}
+
+async function zfsGet(prop: string, ds: string): Promise<string> {
+  const r = await spawnCollect(['zfs', 'get', '-Hp', '-o', 'value', prop, ds]);
+  if (r.code !== 0) throw new Error(`zfs get ${prop} ${ds}: ${r.stderr.trim()}`);
+  return r.stdout.trim();
+}
+
+async function mapLimit<T>(items: T[], limit: number, fn: (t: T) => Promise<void>): Promise<void> {
+  const queue = [...items];
+  await Promise.all(
+    Array.from({ length: Math.min(limit, queue.length) }, async () => {
+      for (let it = queue.shift(); it !== undefined; it = queue.shift()) await fn(it);
+    }),
+  );
+}
+
+// ------------------------------------------------------------------ report
+
+interface Figure {
+  metric: string;
+  boxhost: Summary;
+  floor: Summary;
+  floorLabel: string;
+  ratio: number;
+  target: number;
+  pass: boolean;
+}
+
+function figure(metric: string, boxhost: number[], floor: number[], floorLabel: string, target: number): Figure {
+  const b = summarize(boxhost);
+  const f = summarize(floor);
+  const ratio = b.p50 / f.p50;
+  return { metric, boxhost: b, floor: f, floorLabel, ratio, target, pass: ratio <= target };
+}
+
+function figureTable(figures: Figure[]): string {
+  const rows = [['metric', 'boxhost p50/p95 (ms)', 'raw p50/p95 (ms)', 'raw =', 'ratio', 'target', 'result']];
+  for (const f of figures) {
+    rows.push([
+      f.metric,
+      `${fmtMs(f.boxhost.p50)} / ${fmtMs(f.boxhost.p95)}`,
+      `${fmtMs(f.floor.p50)} / ${fmtMs(f.floor.p95)}`,
+      f.floorLabel,
+      `${f.ratio.toFixed(2)}x`,
+      `<= ${f.target}x`,
+      f.pass ? 'PASS' : 'MISS',
+    ]);
+  }
+  return table(rows);
+}
+
+function breakdownTable(title: string, rows: { label: string; callsPerOp: number; p50: number; msPerOp: number }[], limit = 14): string {
+  const out = [['step', 'calls/op', 'p50 per call (ms)', 'ms per op']];
+  for (const r of rows.slice(0, limit)) out.push([r.label, r.callsPerOp.toFixed(2), fmtMs(r.p50), fmtMs(r.msPerOp)]);
+  return `${title}\n${table(out)}`;
+}
+
+const summaryJson = (s: Summary) => ({ n: s.n, p50: round1(s.p50), p95: round1(s.p95), min: round1(s.min), max: round1(s.max), mean: round1(s.mean) });
+
+/**
+ * Splits each API create (or fork) into: request sent → the worker starts the job ('operation
+ * running' log line), the job itself (→ 'operation succeeded'), and job done → the HTTP answer
+ * (the `?wait` loop noticing it). Pino's `time` and Date.now() share the clock.
+ */
+function opPhases(logs: any[], samples: CreateSample[]) {
+  const ops = new Map<string, { running?: number; succeeded?: number; retries: number }>();
+  for (const l of logs) {
+    if (!l.op) continue;
+    const o = ops.get(l.op) ?? { retries: 0 };
+    if (l.msg === 'operation running') o.running ??= l.time;
+    if (l.msg === 'operation succeeded') o.succeeded = l.time;
+    if (l.msg === 'operation step failed') o.retries++;
+    ops.set(l.op, o);
+  }
+  const toJob: number[] = [];
+  const inJob: number[] = [];
+  const afterJob: number[] = [];
+  let retries = 0;
+  for (const c of samples) {
+    const o = c.opId ? ops.get(c.opId) : undefined;
+    if (!o?.running || !o.succeeded) continue;
+    toJob.push(o.running - c.sentAt);
+    inJob.push(o.succeeded - o.running);
+    afterJob.push(c.answeredAt - o.succeeded);
+    retries += o.retries;
+  }
+  return {
+    request_to_job_running: summaryJson(summarize(toJob)),
+    job_running_to_succeeded: summaryJson(summarize(inJob)),
+    job_succeeded_to_answer: summaryJson(summarize(afterJob)),
+    job_succeeded_to_answer_samples: afterJob,
+    job_retries: retries,
+  };
+}
+
+function phasesLine(ph: ReturnType<typeof opPhases>): string {
+  return (
+    `request→job running ${ph.request_to_job_running.p50}, job ${ph.job_running_to_succeeded.p50} (p95 ${ph.job_running_to_succeeded.p95}), ` +
+    `job done→HTTP answer ${ph.job_succeeded_to_answer.p50} (p95 ${ph.job_succeeded_to_answer.p95})` +
+    (ph.job_retries ? `, job retries ${ph.job_retries}` : '')
+  );
+}
+
+// ------------------------------------------------------------------ main
+
+async function main(): Promise<number> {
+  const startedAt = Date.now();
+  const config = benchConfig();
+  const profiler = new Profiler();
+  profiler.installCommandProbe();
+
+  // The host's log, kept in memory (for the per-operation breakdown); warnings also to stderr.
+  const logs: any[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) {
+        if (!line) continue;
+        try {
+          const entry = JSON.parse(line);
+          logs.push(entry);
+          if (entry.level >= 40 && profiler.phase !== 'teardown') process.stderr.write(`[host] ${line}\n`);
+        } catch {
+          /* not JSON */
+        }
+      }
+      cb();
+    },
+  });
+  const log = pino({ level: 'debug' }, sink);
+
+  let host: Host | undefined;
+  let api: Api | undefined;
+  let raw: RawRunner | undefined;
+  let teardownDone: Promise<string[]> | undefined;
+  const teardown = () =>
+    (teardownDone ??= (async () => {
+      profiler.phase = 'teardown';
+      const problems: string[] = [];
+      const step = async (what: string, fn: () => Promise<unknown>) => {
+        try {
+          await fn();
+        } catch (e) {
+          problems.push(`${what}: ${(e as Error).message}`);
+        }
+      };
+      if (api) {
+        const a = api;
+        await step('delete boxes', async () => {
+          const list = await a.call('GET', `/v1/projects/${PROJECT}/boxes?max_results=1000`);
+          const names: string[] = (list.body?.boxes ?? []).map((b: any) => b.name);
+          progress(`teardown: deleting ${names.length} boxes through the API`);
+          await mapLimit(names, 4, (n) => deleteBox(a, n).catch((e) => void problems.push(String(e))));
+        });
+      }
+      if (raw) {
+        const r = raw;
+        await step('raw cleanup', async () => problems.push(...(await r.cleanup())));
+      }
+      if (host) {
+        const h = host;
+        await step('host close', () => h.close());
+      }
+      await step('cleanupHost', () => cleanupHost(config));
+      return problems;
+    })());
+
+  // A signal lets the step under way finish, then the normal path cleans up (a teardown racing
+  // the bench would leave what the bench makes after it).
+  let interrupted = false;
+  const checkpoint = () => {
+    if (interrupted) throw new Error('interrupted');
+  };
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.on(sig, () => {
+      if (interrupted) return progress(`${sig}: already stopping; cleaning up takes a few seconds`);
+      interrupted = true;
+      progress(`${sig}: stopping after the current step, then cleaning up`);
+    });
+  }
+
+  const results: Record<string, any> = {
+    started_at: new Date(startedAt).toISOString(),
+    machine: { cpus: os.cpus().length, loadavg_start: os.loadavg().map(round1), kernel: os.release() },
+    config: { data_dir: config.dataDir, creates: N_CREATES, execs: N_EXECS, forks: N_FORKS, big_mb: BIG_MB },
+  };
+  const figures: Figure[] = [];
+  const notes: string[] = [];
+  let error: Error | undefined;
+
+  try {
+    progress(`starting a host in ${config.dataDir}`);
+    const t0 = nowMs();
+    host = await startHost(config, { roles: ['api', 'worker'], log });
+    results.host_start_ms = round1(nowMs() - t0);
+    api = new Api(host.url!, host.adminToken);
+    const ctx = host.workerContext!;
+    profiler.wrap(ctx.storage, 'storage', ['createBoxRoot', 'destroyBoxRoot']);
+    profiler.wrap(ctx.network, 'network', ['attach', 'detach']);
+    profiler.wrap(ctx.runtime, 'runtime', ['start', 'writeEnvironment', 'exec', 'remove', 'stop', 'status']);
+    profiler.wrap(operationsRepo, 'db operations', ['get', 'insert', 'update', 'earlierUnfinished']);
+    profiler.wrap(boxesRepo, 'db boxes', Object.keys(boxesRepo));
+    profiler.wrap(projectsRepo, 'db projects', Object.keys(projectsRepo));
+    if (host.api) profiler.wrap(host.api.queue, 'api queue', ['enqueue', 'waitFor']);
+
+    const storage = ctx.storage as ZfsStorage;
+    const runtime = ctx.runtime as RuncRuntime;
+    const baseSnapshot = `${storage.root}/bases/busybox/${await busyboxVersion()}@base`;
+    raw = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot });
+    await raw.prepare();
+    checkpoint();
+    results.zfs = { root: storage.root, base_snapshot: baseSnapshot, compression: await zfsGet('compression', storage.root) };
+
+    // ---------------------------------------------------------- 1. create → running
+    progress(`create→running: ${N_CREATES} boxes through the API, interleaved with ${N_CREATES} raw clone + runc run -d (after 1 warm-up each)`);
+    profiler.phase = 'create-warmup';
+    await createBox(api, 'c-0');
+    await raw.createAndRun(0);
+    profiler.phase = 'create';
+    const creates: CreateSample[] = [];
+    const rawCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
+    for (let i = 1; i <= N_CREATES; i++) {
+      checkpoint();
+      creates.push(await createBox(api, `c-${i}`));
+      rawCreates.push(await raw.createAndRun(i));
+    }
+    figures.push(figure(`create→running (${N_CREATES} boxes)`, creates.map((c) => c.ms), rawCreates.map((r) => r.totalMs), 'zfs clone + runc run -d', TARGETS.create));
+
+    const runcRunMs = logs.filter((l) => l.msg === 'runc run' && typeof l.ms === 'number').map((l) => l.ms as number);
+    results.create = {
+      api: summaryJson(summarize(creates.map((c) => c.ms))),
+      raw: summaryJson(summarize(rawCreates.map((r) => r.totalMs))),
+      raw_steps: {
+        zfs_clone: summaryJson(summarize(rawCreates.map((r) => r.cloneMs))),
+        bundle_write: summaryJson(summarize(rawCreates.map((r) => r.bundleMs))),
+        runc_run_d: summaryJson(summarize(rawCreates.map((r) => r.runMs))),
+      },
+      api_phases_ms: { ...opPhases(logs, creates), runc_run_in_runtime_start: summaryJson(summarize(runcRunMs.slice(-N_CREATES))) },
+      api_steps: profiler.breakdown('create', N_CREATES).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
+    };
+    progress(`create done: api p50 ${fmtMs(figures[0].boxhost.p50)} ms, raw p50 ${fmtMs(figures[0].floor.p50)} ms`);
+
+    // ---------------------------------------------------------- 2. exec
+    checkpoint();
+    const target = creates[0];
+    const ls = await spawnCollect([RUNC_BIN, '--root', runtime.root, 'list', '-q']);
+    const cid = ls.stdout.split('\n').map((s) => s.trim()).find((id) => id.endsWith(`-${target.box.id}`));
+    if (!cid) throw new Error(`no runc container for box ${target.name} (${target.box.id}) in ${runtime.root}: ${ls.stdout}`);
+    progress(`exec: ${N_EXECS} × POST …/${target.name}/exec {command:["true"]} interleaved with runc exec ${cid} true (after 5 warm-ups each)`);
+    profiler.phase = 'exec-warmup';
+    for (let i = 0; i < 5; i++) {
+      checkpoint();
+      await execApi(api, target.name, ['true']);
+      await raw.exec(runtime.root, cid);
+    }
+    profiler.phase = 'exec';
+    const execs: number[] = [];
+    const rawExecs: number[] = [];
+    for (let i = 0; i < N_EXECS; i++) {
+      checkpoint();
+      const r = await execApi(api, target.name, ['true']);
+      if (r.body.exit_code !== 0) throw new Error(`exec true answered exit_code ${r.body.exit_code}: ${r.body.stderr}`);
+      execs.push(r.ms);
+      rawExecs.push(await raw.exec(runtime.root, cid));
+    }
+    figures.push(figure(`exec true (${N_EXECS} calls)`, execs, rawExecs, 'runc exec <box> true', TARGETS.exec));
+    results.exec = {
+      api: summaryJson(summarize(execs)),
+      raw: summaryJson(summarize(rawExecs)),
+      api_steps: profiler.breakdown('exec', N_EXECS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
+    };
+    progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
+
+    // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
+    checkpoint();
+    profiler.phase = 'fork-setup';
+    progress(`fork: making box "big" and writing ${BIG_MB} MiB into it`);
+    const big = await createBox(api, 'big', { config: { storage_gb: Math.max(10, Math.ceil((BIG_MB * 2) / 1024)) } });
+    const bigDs = `${storage.root}/boxes/${big.box.id}`;
+    const compression = await zfsGet('compression', bigDs);
+    // Zeros are stored as written when compression is off; with it on they would vanish.
+    const source = compression === 'off' ? '/dev/zero' : '/dev/urandom';
+    const w0 = nowMs();
+    const wr = await execApi(api, 'big', ['/bin/sh', '-c', `dd if=${source} of=/root/big bs=1048576 count=${BIG_MB} 2>&1 && sync`], 900);
+    if (wr.body.exit_code !== 0) throw new Error(`writing ${BIG_MB} MiB failed (exit ${wr.body.exit_code}): ${wr.body.stdout} ${wr.body.stderr}`);
+    const writeMs = nowMs() - w0;
+    checkpoint();
+    // Wait until ZFS has the data on disk (referenced counts committed blocks only).
+    const want = BIG_MB * 1024 * 1024 * 0.98;
+    let referenced = 0;
+    const settle0 = nowMs();
+    while (nowMs() - settle0 < 90_000) {
+      referenced = Number(await zfsGet('referenced', bigDs));
+      if (referenced >= want) break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const settleMs = nowMs() - settle0;
+    if (referenced < want) notes.push(`the big box references only ${(referenced / 2 ** 20).toFixed(0)} MiB after ${fmtMs(settleMs)} ms`);
+    // One more txg interval so that nothing of the write is still in flight when forks start.
+    await new Promise((r) => setTimeout(r, 5000));
+    const empty = creates[1];
+    results.fork_setup = { source, compression, write_ms: round1(writeMs), settle_ms: round1(settleMs), big_referenced_bytes: referenced, big_box: big.box.id, empty_box: empty.box.id };
+    progress(`wrote ${BIG_MB} MiB from ${source} in ${fmtMs(writeMs)} ms (compression ${compression}; on disk after ${fmtMs(settleMs)} ms more: ${(referenced / 2 ** 20).toFixed(0)} MiB)`);
+
+    progress(`fork: ${N_FORKS} forks of "big" and of "${empty.name}" (empty), interleaved, each fork deleted before the next (after 1 warm-up each)`);
+    const forkSamples: Record<string, CreateSample[]> = {};
+    const forkOnce = async (src: string, name: string, phase: string) => {
+      checkpoint();
+      profiler.phase = phase;
+      const s = await createBox(api!, name, { fork: src });
+      (forkSamples[phase] ??= []).push(s);
+      profiler.phase = 'fork-delete';
+      await deleteBox(api!, name);
+      return s.ms;
+    };
+    await forkOnce('big', 'fb-w', 'fork-warmup');
+    await forkOnce(empty.name, 'fe-w', 'fork-warmup');
+    const forkBig: number[] = [];
+    const forkEmpty: number[] = [];
+    for (let i = 1; i <= N_FORKS; i++) {
+      forkBig.push(await forkOnce('big', `fb-${i}`, 'fork-big'));
+      forkEmpty.push(await forkOnce(empty.name, `fe-${i}`, 'fork-empty'));
+    }
+    figures.push(figure(`fork ${BIG_MB >= 1024 ? `${BIG_MB / 1024} GiB` : `${BIG_MB} MiB`} box vs empty (${N_FORKS} each)`, forkBig, forkEmpty, 'fork of an empty box', TARGETS.fork));
+    const steps = (phase: string) => profiler.breakdown(phase, N_FORKS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) }));
+    results.fork = {
+      big: summaryJson(summarize(forkBig)),
+      empty: summaryJson(summarize(forkEmpty)),
+      big_phases_ms: opPhases(logs, forkSamples['fork-big']),
+      empty_phases_ms: opPhases(logs, forkSamples['fork-empty']),
+      big_steps: steps('fork-big'),
+      empty_steps: steps('fork-empty'),
+    };
+    progress(`fork done: big p50 ${fmtMs(figures[2].boxhost.p50)} ms, empty p50 ${fmtMs(figures[2].floor.p50)} ms`);
+  } catch (e) {
+    error = e as Error;
+    progress(interrupted ? 'interrupted' : `bench failed: ${error.stack ?? error.message}`);
+  }
+
+  // ------------------------------------------------------------ teardown and report
+  progress('teardown');
+  const problems = await teardown();
+  if (interrupted) {
+    progress(`interrupted; cleaned up${problems.length ? ` with problems:\n  ${problems.join('\n  ')}` : ''}`);
+    return 130;
+  }
+  results.cleanup_problems = problems;
+  results.error = error ? error.message : null;
+  results.figures = figures.map((f) => ({
+    metric: f.metric,
+    boxhost: summaryJson(f.boxhost),
+    floor: summaryJson(f.floor),
+    floor_is: f.floorLabel,
+    ratio: Math.round(f.ratio * 100) / 100,
+    target: f.target,
+    result: f.pass ? 'PASS' : 'MISS',
+  }));
+  results.loadavg_end = os.loadavg().map(round1);
+  results.duration_s = round1((Date.now() - startedAt) / 1000);
+  const resultsDir = fs.mkdtempSync(path.join(os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir(), 'boxhost-bench-'));
+  const resultsFile = path.join(resultsDir, 'results.json');
+  fs.writeFileSync(resultsFile, JSON.stringify(results, null, 2));
+
+  const out: string[] = [''];
+  out.push(`boxhost bench — ${results.started_at}, ${os.cpus().length} CPUs, load ${results.machine.loadavg_start.join(' ')}, ${results.duration_s} s`);
+  out.push('');
+  if (figures.length) out.push(figureTable(figures));
+  if (results.create) {
+    const c = results.create;
+    const ph = c.api_phases_ms;
+    out.push('');
+    out.push(`create→running, where the API time goes (p50 ms): ${phasesLine(ph)}; runc run inside runtime.start ${ph.runc_run_in_runtime_start.p50}`);
+    out.push(`raw floor steps (p50 ms): zfs clone ${c.raw_steps.zfs_clone.p50}, config.json ${c.raw_steps.bundle_write.p50}, runc run -d ${c.raw_steps.runc_run_d.p50}`);
+    out.push(breakdownTable('host steps per create (driver methods and every host command they ran; nested: methods include their commands)', c.api_steps, 24));
+  }
+  if (results.exec) {
+    out.push('');
+    out.push(breakdownTable('host steps per API exec', results.exec.api_steps, 12));
+  }
+  if (results.fork) {
+    out.push('');
+    out.push(`fork of the big box, where the time goes (p50 ms): ${phasesLine(results.fork.big_phases_ms)}`);
+    out.push(`fork of the empty box, where the time goes (p50 ms): ${phasesLine(results.fork.empty_phases_ms)}`);
+    const jb = results.fork.big_phases_ms.job_running_to_succeeded.p50;
+    const je = results.fork.empty_phases_ms.job_running_to_succeeded.p50;
+    out.push(`fork job time alone (worker running→succeeded), big vs empty: ${jb} / ${je} ms = ${(jb / je).toFixed(2)}x`);
+    out.push(breakdownTable('host steps per fork of the big box', results.fork.big_steps, 10));
+    out.push(breakdownTable('host steps per fork of the empty box', results.fork.empty_steps, 10));
+  }
+  for (const n of notes) out.push(`note: ${n}`);
+  if (error) out.push(`ERROR: the bench did not finish: ${error.message}`);
+  if (problems.length) out.push(`cleanup problems:\n  ${problems.join('\n  ')}`);
+  out.push('');
+  out.push(`results: ${resultsFile}`);
+  process.stdout.write(`${out.join('\n')}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ results: resultsFile, error: results.error, figures: results.figures.map((f: any) => ({ metric: f.metric, boxhost_p50: f.boxhost.p50, boxhost_p95: f.boxhost.p95, raw_p50: f.floor.p50, raw_p95: f.floor.p95, ratio: f.ratio, target: f.target, result: f.result })) })}\n`,
+  );
+  return error ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e) => {
+    process.stderr.write(`bench crashed: ${(e as Error).stack ?? e}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,218 @@
+/**
+ * The raw-tool floor: the same work done with the bare CLIs, no API, no queue, no database.
+ *
+ * - create: `zfs clone <base>@base <root>/bench-raw-N` + config.json + `runc run -d` (timed together)
+ * - exec:   `runc --root <dataDir>/runc exec <container> true`
+ *
+ * Everything here is spawned directly (not through core/command's `run`, which the bench probes),
+ * so the host's own command accounting never includes the raw runs.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { buildOciSpec } from '../workers/runtime/ociSpec';
+import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN } from '../workers/runtime/runc';
+import { nowMs } from './stats';
+
+const ZFS_BIN = fs.existsSync('/usr/sbin/zfs') ? '/usr/sbin/zfs' : 'zfs';
+
+export interface ProcResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Spawns a command with stdout/stderr as pipes and waits for them to close. */
+export function spawnCollect(argv: string[], opts: { cwd?: string } = {}): Promise<ProcResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0], argv.slice(1), { cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout!.on('data', (b: Buffer) => out.push(b));
+    child.stderr!.on('data', (b: Buffer) => err.push(b));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+  });
+}
+
+async function must(argv: string[]): Promise<ProcResult> {
+  const r = await spawnCollect(argv);
+  if (r.code !== 0) throw new Error(`${argv.join(' ')} exited ${r.code}: ${(r.stderr || r.stdout).trim()}`);
+  return r;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function hostNofileHard(): number {
+  try {
+    const m = /^Max open files\s+\S+\s+(\S+)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'));
+    if (m && m[1] !== 'unlimited') return Number(m[1]);
+  } catch {
+    /* default below */
+  }
+  return 1024;
+}
+
+export interface RawCreateSample {
+  cloneMs: number;
+  /** Writing config.json into the bundle. */
+  bundleMs: number;
+  runMs: number;
+  totalMs: number;
+}
+
+export interface RawRunnerOptions {
+  dataDir: string;
+  hostTag: string;
+  /** The ZFS dataset that holds bases/ and boxes/ (the pool itself for the loop-file pool). */
+  zfsRoot: string;
+  /** `<root>/bases/busybox/<version>@base`: the snapshot the API's boxes are cloned from. */
+  baseSnapshot: string;
+}
+
+export class RawRunner {
+  readonly runcRoot: string;
+  private readonly bundlesDir: string;
+  private readonly clones: string[] = [];
+  private readonly containers: { id: string; cgroupsPath: string }[] = [];
+  private template?: Record<string, any>;
+  private mountRoot = '';
+
+  constructor(private readonly opts: RawRunnerOptions) {
+    this.runcRoot = path.join(opts.dataDir, 'bench-raw', 'runc');
+    this.bundlesDir = path.join(opts.dataDir, 'bench-raw', 'bundles');
+  }
+
+  /** The OCI config every raw container gets: the repo's own builder (same mounts, seccomp,
+   *  capabilities as a box), with a fresh network namespace instead of a CNI one. */
+  async prepare(): Promise<void> {
+    fs.mkdirSync(this.runcRoot, { recursive: true, mode: 0o700 });
+    fs.mkdirSync(this.bundlesDir, { recursive: true, mode: 0o700 });
+    const spec = buildOciSpec({
+      rootfs: '/nonexistent',
+      hostname: 'bench-raw',
+      netnsPath: '/nonexistent',
+      cgroupsPath: '/nonexistent',
+      cpus: 1,
+      ramMb: 512,
+      environment: {},
+      mounts: [],
+      tiniPath: TINI_BIN,
+      busyboxPath: BUSYBOX_BIN,
+      nofileHard: hostNofileHard(),
+    }) as Record<string, any>;
+    spec.process.terminal = false;
+    spec.linux.namespaces = (spec.linux.namespaces as { type: string; path?: string }[]).map((ns) => (ns.type === 'network' ? { type: 'network' } : ns));
+    this.template = spec;
+    this.mountRoot = (await must([ZFS_BIN, 'get', '-H', '-o', 'value', 'mountpoint', this.opts.zfsRoot])).stdout.trim();
+    if (!path.isAbsolute(this.mountRoot)) throw new Error(`${this.opts.zfsRoot} has mountpoint ${this.mountRoot}`);
+  }
+
+  /** clone + bundle + `runc run -d`, timed together. */
+  async createAndRun(n: number): Promise<RawCreateSample> {
+    if (!this.template) throw new Error('prepare() first');
+    const ds = `${this.opts.zfsRoot}/bench-raw-${n}`;
+    const rootfs = path.join(this.mountRoot, `bench-raw-${n}`);
+    const id = `bhbench${this.opts.hostTag}-${n}`;
+    const cgroupsPath = `/${id}`;
+    const bundle = path.join(this.bundlesDir, id);
+    fs.mkdirSync(bundle, { recursive: true, mode: 0o700 });
+
+    const t0 = nowMs();
+    const clone = await spawnCollect([ZFS_BIN, 'clone', this.opts.baseSnapshot, ds]);
+    const t1 = nowMs();
+    if (clone.code !== 0) throw new Error(`zfs clone ${ds} failed: ${clone.stderr.trim()}`);
+    this.clones.push(ds);
+    const config = { ...this.template, root: { path: rootfs, readonly: false }, linux: { ...this.template.linux, cgroupsPath } };
+    await fs.promises.writeFile(path.join(bundle, 'config.json'), JSON.stringify(config));
+    const t2 = nowMs();
+    const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
+    let code: number | null;
+    try {
+      // stdio to a file, never pipes: `runc run -d` hands them to the container.
+      code = await new Promise<number | null>((resolve, reject) => {
+        const child = spawn(RUNC_BIN, ['--root', this.runcRoot, 'run', '--detach', '--bundle', bundle, id], {
+          cwd: bundle,
+          stdio: ['ignore', log.fd, log.fd],
+        });
+        child.on('error', reject);
+        child.on('exit', (c) => resolve(c));
+      });
+    } finally {
+      await log.close();
+    }
+    const t3 = nowMs();
+    this.containers.push({ id, cgroupsPath });
+    if (code !== 0) {
+      const tail = fs.readFileSync(path.join(bundle, 'container.log'), 'utf8').slice(-2000);
+      throw new Error(`runc run -d ${id} exited ${code}: ${tail.trim()}`);
+    }
+    // Outside the timing: the container really runs on the clone (not on an unmounted, empty dir).
+    if (!fs.existsSync(path.join(rootfs, 'bin', 'busybox'))) throw new Error(`raw clone ${ds} is not mounted at ${rootfs}`);
+    const state = JSON.parse((await must([RUNC_BIN, '--root', this.runcRoot, 'state', id])).stdout) as { status: string };
+    if (state.status !== 'running') throw new Error(`raw container ${id} is ${state.status}`);
+    return { cloneMs: t1 - t0, bundleMs: t2 - t1, runMs: t3 - t2, totalMs: t3 - t0 };
+  }
+
+  /** `runc exec <id> true` against an existing container (e.g. a box's), timed. */
+  async exec(runcRoot: string, containerId: string): Promise<number> {
+    const t0 = nowMs();
+    const r = await spawnCollect([RUNC_BIN, '--root', runcRoot, 'exec', containerId, 'true']);
+    const ms = nowMs() - t0;
+    if (r.code !== 0) throw new Error(`runc exec ${containerId} true exited ${r.code}: ${r.stderr.trim()}`);
+    return ms;
+  }
+
+  /** Removes every raw container, its cgroups, bundle and clone. Errors are collected, not thrown
+   *  half-way: everything gets a try. */
+  async cleanup(): Promise<string[]> {
+    const problems: string[] = [];
+    for (const c of this.containers.splice(0)) {
+      const r = await spawnCollect([RUNC_BIN, '--root', this.runcRoot, 'delete', '--force', c.id]);
+      if (r.code !== 0 && !/does not exist|not exist/i.test(r.stderr)) problems.push(`runc delete ${c.id}: ${r.stderr.trim()}`);
+      await removeCgroups(c.cgroupsPath).catch((e) => problems.push(`cgroups of ${c.id}: ${String(e)}`));
+    }
+    for (const ds of this.clones.splice(0)) {
+      const err = await destroyDataset(ds);
+      if (err) problems.push(err);
+    }
+    fs.rmSync(path.dirname(this.runcRoot), { recursive: true, force: true });
+    return problems;
+  }
+}
+
+/** zfs-fuse answers "dataset is busy" right after use: unmount first and retry a few times. */
+async function destroyDataset(ds: string): Promise<string | null> {
+  let last = '';
+  for (let i = 0; i < 12; i++) {
+    await spawnCollect([ZFS_BIN, 'umount', ...(i >= 6 ? ['-f'] : []), ds]);
+    const r = await spawnCollect([ZFS_BIN, 'destroy', '-r', ds]);
+    if (r.code === 0 || /does not exist/i.test(r.stderr)) return null;
+    last = r.stderr.trim();
+    if (!/busy/i.test(last)) break;
+    await sleep(Math.min(25 * 2 ** i, 1000));
+  }
+  return `zfs destroy ${ds}: ${last}`;
+}
+
+/** rmdir the (empty) cgroup directories runc leaves behind, deepest first. */
+async function removeCgroups(cgroupsPath: string): Promise<void> {
+  let controllers: string[];
+  try {
+    controllers = await fs.promises.readdir('/sys/fs/cgroup');
+  } catch {
+    return;
+  }
+  for (const c of controllers) await rmdirTree(path.join('/sys/fs/cgroup', c, cgroupsPath.slice(1)));
+}
+
+async function rmdirTree(dir: string): Promise<void> {
+  let entries: fs.Dirent[];
+  try {
+    entries = await fs.promises.readdir(dir, { withFileTypes: true });
+  } catch {
+    return;
+  }
+  for (const e of entries) if (e.isDirectory()) await rmdirTree(path.join(dir, e.name));
+  await fs.promises.rmdir(dir).catch(() => undefined);
+}
