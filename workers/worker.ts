@@ -16,6 +16,8 @@ export interface WorkerOptions {
 
 /** How long a job waits before looking again whether an earlier operation on its box is done. */
 const TURN_POLL_MS = 200;
+const UNCOMMITTED_POLL_MS = 20;
+const UNCOMMITTED_GIVE_UP_MS = 60_000;
 
 /**
  * The BullMQ worker: looks up the job's kind, keeps its operation row in step (queued →
@@ -29,8 +31,14 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
     if (!kind) throw new UnrecoverableError(`unknown job kind ${job.name}`);
     const { operationId } = job.data;
     const op = await operationsRepo.get(ctx.db, operationId);
-    // The api adds the job before its transaction commits; a job that outruns the commit retries.
-    if (!op) throw new Error(`operation ${operationId} is not recorded (yet)`);
+    // The api adds the job just before its transaction commits, so a fast worker can get here
+    // first: look again shortly, without spending an attempt. A row that never shows up means
+    // the transaction rolled back; the job is dropped.
+    if (!op) {
+      if (Date.now() - job.timestamp > UNCOMMITTED_GIVE_UP_MS) throw new UnrecoverableError(`operation ${operationId} was never recorded`);
+      await job.moveToDelayed(Date.now() + UNCOMMITTED_POLL_MS, token);
+      throw new DelayedError();
+    }
     if (isFinished(op.status)) return;
 
     if (op.box_id && (await operationsRepo.earlierUnfinished(ctx.db, op.box_id, op.seq))) {

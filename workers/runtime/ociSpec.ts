@@ -60,6 +60,8 @@ export interface OciSpecInput {
   /** The host's own hard RLIMIT_NOFILE; the box gets this much (asking more fails). */
   nofileHard?: number;
   pidsLimit?: number;
+  /** Whether the host accounts swap (cgroup v1 memsw); when it does, memory+swap = memory. */
+  memorySwap?: boolean;
   annotations?: Record<string, string>;
   arch?: string;
 }
@@ -136,7 +138,7 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
 
   const resources: Record<string, unknown> = {
     devices: [{ allow: false, access: 'rwm' }],
-    memory: { limit: mem, swap: mem },
+    memory: input.memorySwap === false ? { limit: mem } : { limit: mem, swap: mem },
     pids: { limit: input.pidsLimit ?? DEFAULT_PIDS_LIMIT },
   };
   if (quota !== null) resources.cpu = { quota, period: CPU_PERIOD_US };

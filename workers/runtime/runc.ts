@@ -54,6 +54,7 @@ export interface RuncRuntimeOptions {
  * the box's PATH by hand, because busybox's shell would otherwise prefer its own applets
  * over the box's binaries of the same name.
  */
+const WRAPPER_RESTORE_MARK = ':boxhost-restore-env:';
 const WRAPPER_PREAMBLE = [
   'if ! cd -- "$1" 2>/dev/null; then echo "boxhost-exec: cannot enter working directory" >&2; exit 211; fi',
   'shift',
@@ -72,6 +73,7 @@ const WRAPPER_PREAMBLE = [
   '    ;;',
   'esac',
   'shift',
+  WRAPPER_RESTORE_MARK,
 ];
 export const EXEC_WRAPPER = [...WRAPPER_PREAMBLE, 'exec -a "$c" "$p" "$@"'].join('\n');
 /**
@@ -83,16 +85,17 @@ export const EXEC_WRAPPER = [...WRAPPER_PREAMBLE, 'exec -a "$c" "$p" "$@"'].join
  */
 const REDIRECT_OUTPUT = 'exec 1>&3 2>&4 3>&- 4>&-';
 const REDIRECT_INPUT = 'exec 0<&5 5<&-';
-export function execWrapper(mode: 'pipes' | 'pipes+stdin' | 'tty' | 'detach'): string {
+export function execWrapper(mode: 'pipes' | 'pipes+stdin' | 'tty' | 'detach', env: Record<string, string> = {}): string {
+  // The wrapper shell sets SHLVL and (by its cd) OLDPWD: put them back as the caller had them.
+  const restore = ['SHLVL', 'OLDPWD'].map((k) => (k in env ? `export ${k}=${shellQuote(env[k])}` : `unset ${k}`)).join('; ');
+  const body = (mode === 'detach' ? EXEC_WRAPPER_DETACHED : EXEC_WRAPPER).replace(WRAPPER_RESTORE_MARK, restore);
   switch (mode) {
     case 'pipes':
-      return [REDIRECT_OUTPUT, EXEC_WRAPPER].join('\n');
+      return [REDIRECT_OUTPUT, body].join('\n');
     case 'pipes+stdin':
-      return [REDIRECT_OUTPUT, REDIRECT_INPUT, EXEC_WRAPPER].join('\n');
-    case 'tty':
-      return EXEC_WRAPPER;
-    case 'detach':
-      return EXEC_WRAPPER_DETACHED;
+      return [REDIRECT_OUTPUT, REDIRECT_INPUT, body].join('\n');
+    default:
+      return body;
   }
 }
 /**
@@ -126,6 +129,12 @@ export function renderBoxesEnv(environment: Record<string, string>): string {
     .join('');
 }
 
+/** cgroup v1 without swap accounting has no memsw files: then no swap limit can be set. */
+function hostAccountsSwap(): boolean {
+  if (!fs.existsSync('/sys/fs/cgroup/memory')) return true; // cgroup v2: runc maps it
+  return fs.existsSync('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes');
+}
+
 /** The host's hard RLIMIT_NOFILE (a box may not ask for more). */
 function hostNofileHard(): number {
   try {
@@ -147,7 +156,7 @@ function hostNofileHard(): number {
 export async function writeFileInStoppedRoot(rootfs: string, rel: string, content: string, mode = 0o644): Promise<void> {
   const parts = rel.split('/').filter(Boolean);
   if (parts.length === 0 || parts.some((p) => p === '.' || p === '..')) throw new Error(`invalid path ${rel}`);
-  const rootStat = await fs.promises.lstat(rootfs);
+  const rootStat = await fs.promises.stat(rootfs); // the root path itself is the host's own
   if (!rootStat.isDirectory()) throw new Error(`box root ${rootfs} is not a directory`);
   let dir = rootfs;
   for (const part of parts.slice(0, -1)) {
@@ -319,6 +328,7 @@ export class RuncRuntime implements RuntimeDriver {
       tiniPath: this.tini,
       busyboxPath: this.busybox,
       nofileHard: hostNofileHard(),
+      memorySwap: hostAccountsSwap(),
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
     await writeJsonAtomic(path.join(bundle, 'config.json'), config);
@@ -418,7 +428,7 @@ export class RuncRuntime implements RuntimeDriver {
     } catch {
       return;
     }
-    for (const c of controllers) {
+    for (const c of ['', ...controllers]) {
       await rmdirTree(path.join('/sys/fs/cgroup', c, rel)).catch((e) =>
         this.logger?.warn({ err: String(e), boxId, controller: c }, 'cannot remove cgroup'),
       );
@@ -433,7 +443,8 @@ export class RuncRuntime implements RuntimeDriver {
       const bytes = String(Math.round(limits.ramMb * 1024 * 1024));
       // Both together: raising the memory limit alone fails (memsw must move first) and can
       // leave runc's state.json inconsistent.
-      args.push('--memory', bytes, '--memory-swap', bytes);
+      args.push('--memory', bytes);
+      if (hostAccountsSwap()) args.push('--memory-swap', bytes);
     }
     if (limits.cpus !== undefined) {
       const quota = limits.cpus > 0 ? Math.max(1000, Math.round(limits.cpus * 100_000)) : -1;
@@ -551,7 +562,7 @@ export class RuncRuntime implements RuntimeDriver {
     if (mode === 'tty') args.push('--tty', '--env', `TERM=${env.TERM ?? 'xterm'}`);
     if (mode === 'pipes') args.push('--preserve-fds', '2');
     if (mode === 'pipes+stdin') args.push('--preserve-fds', '3');
-    args.push(cid, BOX_BUSYBOX, 'sh', '-c', execWrapper(mode), 'boxhost-exec', cwd, ...opts.command);
+    args.push(cid, BOX_BUSYBOX, 'sh', '-c', execWrapper(mode, env), 'boxhost-exec', cwd, ...opts.command);
 
     try {
       if (mode === 'detach') {
@@ -578,10 +589,26 @@ export class RuncRuntime implements RuntimeDriver {
     }
   }
 
+  private fifoPool: string[] = [];
+  private fifoFill?: Promise<void>;
+
+  /** Fresh FIFOs for an exec's stdio, made in batches (one `mkfifo` per 32: Node has none). */
+  private async takeFifos(n: number): Promise<string[]> {
+    while (this.fifoPool.length < n) {
+      this.fifoFill ??= (async () => {
+        await fs.promises.mkdir(this.execDir, { recursive: true, mode: 0o700 });
+        const base = path.join(this.execDir, `fifo-${crypto.randomBytes(6).toString('hex')}`);
+        this.fifoPool.push(...(await makeFifos(base, 32)));
+      })().finally(() => (this.fifoFill = undefined));
+      await this.fifoFill;
+    }
+    return this.fifoPool.splice(0, n);
+  }
+
   /** The host pid of a process of the box known by its pid inside the box (0: gone). */
   async hostPidOf(boxId: string, nsPid: number): Promise<number> {
     const rel = this.cgroupsPath(boxId).slice(1);
-    for (const controller of ['pids', 'memory', 'cpu', 'unified']) {
+    for (const controller of ['pids', 'memory', 'cpu', '']) {
       let procs: string;
       try {
         procs = await fs.promises.readFile(path.join('/sys/fs/cgroup', controller, rel, 'cgroup.procs'), 'utf8');
@@ -629,7 +656,7 @@ export class RuncRuntime implements RuntimeDriver {
       // The process's stdio are fds 3, 4 (and 5) of runc (see execWrapper), and real pipes
       // (FIFOs), not the socket pairs Node makes: `echo x > /dev/stderr` must work in a box.
       const withStdin = mode === 'pipes+stdin';
-      const fifos = await makeFifos(pidFile.replace(/\.pid$/, ''), withStdin ? 3 : 2);
+      const fifos = await this.takeFifos(withStdin ? 3 : 2);
       const { O_RDONLY, O_WRONLY, O_NONBLOCK } = fs.constants;
       const childFds: number[] = [];
       try {
@@ -857,7 +884,7 @@ async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
 
 /** Makes `n` FIFOs next to `base` (Node has no mkfifo). */
 async function makeFifos(base: string, n: number): Promise<string[]> {
-  const paths = Array.from({ length: n }, (_, i) => `${base}.fifo${i}`);
+  const paths = Array.from({ length: n }, (_, i) => `${base}-${i}`);
   await run(['mkfifo', '-m', '600', ...paths]);
   return paths;
 }
@@ -898,7 +925,8 @@ async function rmdirTree(dir: string): Promise<void> {
   try {
     entries = await fs.promises.readdir(dir, { withFileTypes: true });
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return;
     throw e;
   }
   for (const e of entries) if (e.isDirectory()) await rmdirTree(path.join(dir, e.name));
