@@ -218,7 +218,9 @@ t.test('a box runs', async (t) => {
     t.equal((await ex(['stty', 'size'], { tty: true })).stdout, '24 80\r\n');
     const cat = await ex(['cat'], { tty: true, stdin: Buffer.from('one\ntwo\n') });
     t.equal(cat.exitCode, 0, 'EOF reaches the process');
-    t.match(cat.stdout, /one\r\ntwo\r\n/);
+    t.equal(cat.stdout, 'one\r\ntwo\r\n', 'input is not echoed; output has CRLF');
+    const many = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => ex(['sh', '-c', `echo ${i}; echo e${i} >&2`], { tty: true })));
+    t.same(many.map((r) => r.stdout), [1, 2, 3, 4, 5, 6].map((i) => `${i}\r\ne${i}\r\n`), 'the same bytes every time, even concurrently');
     t.equal((await ex(['true'], { tty: true, user: 'box', cwd: '/home/box' })).exitCode, 0);
     await t.rejects(ex(['true'], { tty: true, cwd: '/nope' }), ExecInputError);
   });

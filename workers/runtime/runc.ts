@@ -84,6 +84,14 @@ export const EXEC_WRAPPER = [...WRAPPER_PREAMBLE, 'exec -a "$c" "$p" "$@"'].join
  * then close at once and runc answers when the process exits.
  */
 const REDIRECT_OUTPUT = 'exec 1>&3 2>&4 3>&- 4>&-';
+/**
+ * With a tty, runc sets the terminals up (the box's pty loses ONLCR, its own terminal goes
+ * raw but keeps OPOST) only after the process has started, so early output would come out
+ * different from later output, and early input would be echoed. So the process turns echo
+ * off (stdout then holds only what the program writes) and stops itself; the caller resumes
+ * it (SIGCONT) once runc has written its pid file, which runc does after that set-up.
+ */
+const TTY_GATE = 'stty -echo 2>/dev/null; kill -STOP $$';
 const REDIRECT_INPUT = 'exec 0<&5 5<&-';
 export function execWrapper(mode: 'pipes' | 'pipes+stdin' | 'tty' | 'detach', env: Record<string, string> = {}): string {
   // The wrapper shell sets SHLVL and (by its cd) OLDPWD: put them back as the caller had them.
@@ -94,6 +102,8 @@ export function execWrapper(mode: 'pipes' | 'pipes+stdin' | 'tty' | 'detach', en
       return [REDIRECT_OUTPUT, body].join('\n');
     case 'pipes+stdin':
       return [REDIRECT_OUTPUT, REDIRECT_INPUT, body].join('\n');
+    case 'tty':
+      return [TTY_GATE, body].join('\n');
     default:
       return body;
   }
@@ -639,9 +649,10 @@ export class RuncRuntime implements RuntimeDriver {
     if (tty) {
       // runc's foreground `exec -t` needs a terminal of its own to relay the box's pty to; it
       // gets one from util-linux `script` (its stdout is our pipe). The outer terminal gets a
-      // size (runc copies it to the box's pty) and runc puts it in raw mode, so bytes pass
-      // through unchanged. Everything arrives on stdout; stderr stays empty.
-      const cmd = `stty cols 80 rows 24 2>/dev/null; exec ${[this.runcBin, ...args].map(shellQuote).join(' ')}`;
+      // size (runc copies it to the box's pty) and is made raw before runc starts (runc does
+      // it too, but only after it has begun copying: early output would get a second CR), so
+      // bytes pass through unchanged. Everything arrives on stdout; stderr stays empty.
+      const cmd = `stty raw -echo cols 80 rows 24 2>/dev/null; exec ${[this.runcBin, ...args].map(shellQuote).join(' ')}`;
       child = spawn(SCRIPT_BIN, ['--quiet', '--return', '--command', cmd, '/dev/null'], {
         detached: true,
         stdio: ['pipe', 'pipe', 'pipe'],
@@ -708,14 +719,26 @@ export class RuncRuntime implements RuntimeDriver {
 
     if (!tty && stdin && opts.stdin !== undefined) stdin.end(opts.stdin);
     if (tty) {
-      // Bytes written before runc has made the outer terminal raw would be echoed twice; runc
-      // writes the pid file only after that. Then EOF is typed as the terminal's ^D. The pipe
-      // stays open until the end (script would turn its end into a stray byte).
+      // Once runc has written the pid file its terminal set-up is done: resume the process
+      // stopped in TTY_GATE, then type the input and EOF as the terminal's ^D. The pipe stays
+      // open until the end (script would turn its end into a stray byte).
       void (async () => {
-        if (opts.stdin === undefined || opts.stdin.length === 0) return;
-        while (!done && !fs.existsSync(pidFile)) await sleep(2);
+        let pid = 0;
+        while (!done && !(pid = await readPid(pidFile))) await sleep(2);
+        for (let i = 0; !done && i < 5000; i++) {
+          const state = await processState(pid);
+          if (state === null) return; // gone already
+          if (state === 'T') break;
+          await sleep(1);
+        }
         if (done) return;
+        try {
+          process.kill(pid, 'SIGCONT');
+        } catch {
+          return;
+        }
         const data = opts.stdin;
+        if (data === undefined || data.length === 0) return;
         stdin!.write(data);
         stdin!.write(data[data.length - 1] === 0x0a ? '\x04' : '\x04\x04');
       })();
@@ -904,6 +927,16 @@ async function readPid(file: string): Promise<number> {
     return Number.isInteger(n) && n > 0 ? n : 0;
   } catch {
     return 0;
+  }
+}
+
+/** The state letter of a host process (R, S, T, Z, …), null when it is gone. */
+async function processState(pid: number): Promise<string | null> {
+  try {
+    const stat = await fs.promises.readFile(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).charAt(0) || null;
+  } catch {
+    return null;
   }
 }
 
