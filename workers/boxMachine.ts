@@ -33,7 +33,7 @@ export async function startBox(ctx: WorkerContext, box: BoxRecord, attached?: Ne
     environment: box.environment,
     mounts: [],
   };
-  await ctx.runtime.writeEnvironment(rootfs, box.environment);
+  // runtime.start writes /etc/boxes-env and /etc/hostname into the stopped root itself.
   await ctx.runtime.start(spec);
 }
 

@@ -310,8 +310,8 @@ export class CniNetwork implements NetworkDriver {
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     const t0 = Date.now();
     try {
-      await this.cni('ADD', this.loopbackConf(), boxId, 'lo');
-      const result = await this.cni('ADD', this.bridgeConf(index), boxId, 'eth0');
+      // lo and eth0 are independent interfaces of the netns: bring them up side by side.
+      const [, result] = await Promise.all([this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.cni('ADD', this.bridgeConf(index), boxId, 'eth0')]);
       const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
       const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
       if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);

@@ -375,6 +375,9 @@ export class RuncRuntime implements RuntimeDriver {
 
   async status(boxId: string): Promise<ContainerStatus | null> {
     const cid = this.containerId(boxId);
+    // runc keeps a container's state in <root>/<id>/state.json: without it there is no
+    // container, and asking runc (≈10 ms) would only say so.
+    if (!fs.existsSync(path.join(this.root, cid, 'state.json'))) return null;
     const res = await this.runc(['state', cid], { allowFailure: true });
     if (res.exitCode !== 0) {
       if (/does not exist|not exist|no such file/i.test(res.stderr)) return null;
