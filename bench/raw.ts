@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { buildOciSpec } from '../workers/runtime/ociSpec';
-import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN } from '../workers/runtime/runc';
+import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN, runDetached } from '../workers/runtime/runc';
 import { nowMs } from './stats';
 
 const ZFS_BIN = fs.existsSync('/usr/sbin/zfs') ? '/usr/sbin/zfs' : 'zfs';
@@ -126,21 +126,8 @@ export class RawRunner {
     const config = { ...this.template, root: { path: rootfs, readonly: false }, linux: { ...this.template.linux, cgroupsPath } };
     await fs.promises.writeFile(path.join(bundle, 'config.json'), JSON.stringify(config));
     const t2 = nowMs();
-    const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
-    let code: number | null;
-    try {
-      // stdio to a file, never pipes: `runc run -d` hands them to the container.
-      code = await new Promise<number | null>((resolve, reject) => {
-        const child = spawn(RUNC_BIN, ['--root', this.runcRoot, 'run', '--detach', '--bundle', bundle, id], {
-          cwd: bundle,
-          stdio: ['ignore', log.fd, log.fd],
-        });
-        child.on('error', reject);
-        child.on('exit', (c) => resolve(c));
-      });
-    } finally {
-      await log.close();
-    }
+    // The same detached start the runtime driver makes (stdio to a file, never pipes).
+    const code = await runDetached(RUNC_BIN, this.runcRoot, bundle, id);
     const t3 = nowMs();
     this.containers.push({ id, cgroupsPath });
     if (code !== 0) {

@@ -34,7 +34,7 @@ export async function execInBox(api: ApiContext, identity: Identity, project: st
     });
     return { detached: r.detached, exit_code: r.exitCode, process: r.pid, stdout: r.stdout, stderr: r.stderr, truncated: r.truncated };
   } catch (e) {
-    if (e instanceof ExecInputError) throw invalid(e.message, [{ field: (e as ExecInputError & { field?: string }).field ?? 'command', issue: e.message }]);
+    if (e instanceof ExecInputError) throw invalid(e.message, [{ field: e.field === 'timeout' ? 'timeout_secs' : e.field, issue: e.message }]);
     if (e instanceof BoxNotRunningError) throw conflict(`box ${project}/${name} is not running`);
     throw e;
   }

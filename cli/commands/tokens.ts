@@ -1,18 +1,11 @@
 import type { Command } from 'commander';
+import type { Token as ApiToken } from '../../db/repos/tokens';
 import { apiPath } from '../client';
 import { action, int, list } from '../context';
 import { formatList, formatTime, printTable, say } from '../output';
 
-interface Token {
-  id: string;
-  name: string;
-  projects: string[] | null;
-  created_at: string;
-  expires_at: string | null;
-  last_used_at: string | null;
-  /** Only in the create answer. */
-  token?: string;
-}
+/** The API's token record; only the create answer carries `token`, the secret. */
+type Token = ApiToken & { token?: string };
 
 export function register(program: Command): void {
   const tokens = program.command('token').description('API tokens');

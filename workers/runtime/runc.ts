@@ -348,22 +348,8 @@ export class RuncRuntime implements RuntimeDriver {
     await writeFileInStoppedRoot(spec.rootfs, 'etc/boxes-env', renderBoxesEnv(spec.environment));
     await writeFileInStoppedRoot(spec.rootfs, 'etc/hostname', `${spec.hostname}\n`);
 
-    // stdio to a file, never pipes: the container inherits them and the caller would hang.
-    const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
     const t0 = Date.now();
-    let code: number | null;
-    try {
-      code = await new Promise<number | null>((resolve, reject) => {
-        const child = spawn(this.runcBin, ['--root', this.root, 'run', '--detach', '--bundle', bundle, cid], {
-          cwd: bundle,
-          stdio: ['ignore', log.fd, log.fd],
-        });
-        child.on('error', reject);
-        child.on('exit', (c) => resolve(c));
-      });
-    } finally {
-      await log.close();
-    }
+    const code = await runDetached(this.runcBin, this.root, bundle, cid);
     if (code !== 0) {
       const tail = await readTail(path.join(bundle, 'container.log'), 2000);
       const again = await this.status(spec.boxId);
@@ -970,5 +956,22 @@ async function rmdirTree(dir: string): Promise<void> {
     await fs.promises.rmdir(dir);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+}
+
+/**
+ * `runc run --detach` with stdio to `<bundle>/container.log`, never pipes: the container
+ * inherits them and the caller would hang. Answers runc's exit code.
+ */
+export async function runDetached(runcBin: string, root: string, bundle: string, id: string): Promise<number | null> {
+  const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
+  try {
+    return await new Promise<number | null>((resolve, reject) => {
+      const child = spawn(runcBin, ['--root', root, 'run', '--detach', '--bundle', bundle, id], { cwd: bundle, stdio: ['ignore', log.fd, log.fd] });
+      child.on('error', reject);
+      child.on('exit', (c) => resolve(c));
+    });
+  } finally {
+    await log.close();
   }
 }
