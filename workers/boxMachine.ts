@@ -1,7 +1,7 @@
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
-import type { ContainerSpec, NetworkAttachment, ProjectNetwork } from './drivers';
+import type { ContainerSpec, ProjectNetwork } from './drivers';
 import type { WorkerContext } from './context';
 
 /**
@@ -14,27 +14,26 @@ async function projectNetwork(ctx: WorkerContext, project: string): Promise<Proj
   return { index: p.net_index };
 }
 
-/** Joins the box to its project network (idempotent: an attached box answers its attachment). */
-export const attachBox = async (ctx: WorkerContext, box: BoxRecord) => ctx.network.attach(box.id, await projectNetwork(ctx, box.project));
-
-/** Starts the box's container from the stored config, on its network (joined here unless the
- *  caller already did it alongside other work). */
-export async function startBox(ctx: WorkerContext, box: BoxRecord, attached?: NetworkAttachment): Promise<void> {
-  const attachment = attached ?? (await attachBox(ctx, box));
-  if (box.address !== attachment.address) await boxesRepo.update(ctx.db, box.id, { address: attachment.address });
-  const rootfs = ctx.storage.boxRootPath(box.id);
+/**
+ * Starts the box's container from the stored config. The container is created in the box's
+ * netns while the CNI plugins wire that netns to the project bridge: the two do not depend on
+ * each other, and the box counts as started only when both are done.
+ */
+export async function startBox(ctx: WorkerContext, box: BoxRecord): Promise<void> {
+  const netnsPath = await ctx.network.prepare(box.id);
   const spec: ContainerSpec = {
     boxId: box.id,
     hostname: box.name,
-    rootfs,
-    netnsPath: attachment.netnsPath,
+    rootfs: ctx.storage.boxRootPath(box.id),
+    netnsPath,
     cpus: box.config.cpus,
     ramMb: box.config.ram_mb,
     environment: box.environment,
     mounts: [],
   };
   // runtime.start writes /etc/boxes-env and /etc/hostname into the stopped root itself.
-  await ctx.runtime.start(spec);
+  const [, attachment] = await Promise.all([ctx.runtime.start(spec), ctx.network.attach(box.id, await projectNetwork(ctx, box.project))]);
+  if (box.address !== attachment.address) await boxesRepo.update(ctx.db, box.id, { address: attachment.address });
 }
 
 export async function stopBox(ctx: WorkerContext, box: BoxRecord): Promise<void> {

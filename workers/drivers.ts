@@ -67,8 +67,11 @@ export interface ProjectNetwork {
 export interface NetworkDriver {
   /** Host-wide set-up (firewall chains, sysctls). Idempotent. */
   init(): Promise<void>;
-  /** Creates the box's netns and joins it to its project's bridge. Idempotent: an attached box
-   *  answers its existing attachment. */
+  /** Creates the box's empty netns and answers its path, so the container can be created in
+   *  it while `attach` wires it up. Idempotent. */
+  prepare(boxId: string): Promise<string>;
+  /** Creates the box's netns if needed and joins it to its project's bridge. Idempotent: an
+   *  attached box answers its existing attachment. */
   attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment>;
   /** Removes the box from the bridge and deletes its netns; frees its address. Idempotent. */
   detach(boxId: string, net: ProjectNetwork): Promise<void>;

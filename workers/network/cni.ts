@@ -277,18 +277,28 @@ export class CniNetwork implements NetworkDriver {
     }
   }
 
-  /** The IPv4 address of eth0 in the box's netns, when it is in `index`'s subnet. */
-  private async currentAddress(boxId: string, index: number): Promise<string | null> {
+  /** Whether the box's netns has an eth0, and its IPv4 address when in `index`'s subnet. */
+  private async eth0(boxId: string, index: number): Promise<{ present: boolean; address: string | null }> {
     const res = await run(['ip', '-n', this.netnsName(boxId), '-j', '-4', 'addr', 'show', 'dev', 'eth0'], { allowFailure: true });
-    if (res.exitCode !== 0) return null;
+    if (res.exitCode !== 0) return { present: false, address: null };
     try {
       const links = JSON.parse(res.stdout) as { addr_info?: { family: string; local: string; prefixlen: number }[] }[];
       const want = `${this.prefix16[0]}.${this.prefix16[1]}.${index}.`;
-      for (const l of links) for (const a of l.addr_info ?? []) if (a.family === 'inet' && a.local.startsWith(want)) return a.local;
+      for (const l of links) for (const a of l.addr_info ?? []) if (a.family === 'inet' && a.local.startsWith(want)) return { present: true, address: a.local };
     } catch {
       /* no JSON: no address */
     }
-    return null;
+    return { present: true, address: null };
+  }
+
+  /** Makes the box's (empty) netns, so a container can be created in it while `attach` wires
+   *  it up at the same time. Idempotent. */
+  async prepare(boxId: string): Promise<string> {
+    if (!(await this.netnsExists(boxId))) {
+      const res = await run(['ip', 'netns', 'add', this.netnsName(boxId)], { allowFailure: true });
+      if (res.exitCode !== 0 && !/exists/i.test(res.stderr)) throw new CommandError(['ip', 'netns', 'add', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
+    }
+    return this.netnsPath(boxId);
   }
 
   async attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment> {
@@ -296,16 +306,16 @@ export class CniNetwork implements NetworkDriver {
     const gateway = this.gateway(index);
     const netnsPath = this.netnsPath(boxId);
     if (await this.netnsExists(boxId)) {
-      const address = await this.currentAddress(boxId, index);
-      if (address) {
+      const eth0 = await this.eth0(boxId, index);
+      if (eth0.address) {
         const lo = await run(['ip', '-n', this.netnsName(boxId), '-j', 'link', 'show', 'dev', 'lo'], { allowFailure: true });
-        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address, gateway };
+        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address: eth0.address, gateway };
       }
-      // Half made (a worker died mid-way): undo and start over.
-      await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
+      // Half made (a worker died mid-way): undo and start over. A netns that `prepare` made
+      // has no eth0 yet and goes straight to ADD.
+      if (eth0.present) await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
     } else {
-      const res = await run(['ip', 'netns', 'add', this.netnsName(boxId)], { allowFailure: true });
-      if (res.exitCode !== 0 && !/exists/i.test(res.stderr)) throw new CommandError(['ip', 'netns', 'add', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
+      await this.prepare(boxId);
     }
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     const t0 = Date.now();

@@ -321,11 +321,12 @@ export class RuncRuntime implements RuntimeDriver {
       // created (a start that died half-way) or stopped: make it anew.
       await this.runc(['delete', '--force', cid], { allowFailure: true });
     }
-    await this.removeCgroups(spec.boxId);
+    // Cgroups left by an earlier container of this box would carry its limits over; a box
+    // that never ran has none, and looking in each controller costs a few ms.
+    if (current !== null || this.hasCgroupLeftovers(spec.boxId)) await this.removeCgroups(spec.boxId);
 
     const bundle = this.bundlePath(spec.boxId);
-    await fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 });
-    await fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 });
+    await Promise.all([fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }), fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 })]);
     const config = buildOciSpec({
       rootfs: path.resolve(spec.rootfs),
       hostname: spec.hostname,
@@ -341,12 +342,14 @@ export class RuncRuntime implements RuntimeDriver {
       memorySwap: hostAccountsSwap(),
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
-    await writeJsonAtomic(path.join(bundle, 'config.json'), config);
-    await writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment);
-
-    // Nothing runs in the box now, so the host may write into its root (carefully).
-    await writeFileInStoppedRoot(spec.rootfs, 'etc/boxes-env', renderBoxesEnv(spec.environment));
-    await writeFileInStoppedRoot(spec.rootfs, 'etc/hostname', `${spec.hostname}\n`);
+    // Four independent files: written side by side. Nothing runs in the box now, so the host
+    // may write into its root (carefully).
+    await Promise.all([
+      writeJsonAtomic(path.join(bundle, 'config.json'), config),
+      writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
+      writeFileInStoppedRoot(spec.rootfs, 'etc/boxes-env', renderBoxesEnv(spec.environment)),
+      writeFileInStoppedRoot(spec.rootfs, 'etc/hostname', `${spec.hostname}\n`),
+    ]);
 
     const t0 = Date.now();
     const code = await runDetached(this.runcBin, this.root, bundle, cid);
@@ -419,6 +422,18 @@ export class RuncRuntime implements RuntimeDriver {
   }
 
   /** runc leaves cgroup directories behind in some cases; remove ours (only when empty). */
+  private cgroupControllers?: string[];
+
+  private hasCgroupLeftovers(boxId: string): boolean {
+    const rel = this.cgroupsPath(boxId).slice(1);
+    try {
+      this.cgroupControllers ??= fs.readdirSync('/sys/fs/cgroup');
+    } catch {
+      return false;
+    }
+    return ['', ...this.cgroupControllers].some((c) => fs.existsSync(path.join('/sys/fs/cgroup', c, rel)));
+  }
+
   private async removeCgroups(boxId: string): Promise<void> {
     const rel = this.cgroupsPath(boxId).slice(1);
     let controllers: string[];
@@ -680,8 +695,10 @@ export class RuncRuntime implements RuntimeDriver {
           stdio: ['ignore', 'ignore', 'ignore', ...childFds],
         });
       } finally {
+        // Synchronously: nothing may await between spawn and the exit listener below, or a
+        // process that ends at once (a bad cwd) exits unheard and the call never returns.
         for (const fd of childFds) fs.closeSync(fd);
-        for (const f of fifos) await fs.promises.rm(f, { force: true });
+        for (const f of fifos) fs.rmSync(f, { force: true });
       }
     }
     const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
@@ -700,6 +717,7 @@ export class RuncRuntime implements RuntimeDriver {
     });
 
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve({ code: child.exitCode, signal: child.signalCode });
       child.on('error', reject);
       child.on('exit', (code, signal) => resolve({ code, signal }));
     });
