@@ -10,7 +10,7 @@ import { conflict, forbidden, invalidField, notFound } from '../http/errors';
 import { acceptedReply } from '../http/operation';
 import type { Reply } from '../http/route';
 import { assertProject } from './access';
-import { isUniqueViolation } from './grants';
+import { isUniqueViolation } from '../../db/errors';
 import { BOX_JOB, BoxJobPayload, projectedStatus } from '../../jobs/boxJobs';
 
 export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 10 };

@@ -1,6 +1,7 @@
 import type { Db } from '../../db/knex';
 import { Grant, grantsRepo, toGrant } from '../../db/repos/grants';
 import { now } from '../../core/ids';
+import { isUniqueViolation } from '../../db/errors';
 import { conflict, notFound } from '../http/errors';
 
 export interface GrantInput {
@@ -8,8 +9,6 @@ export interface GrantInput {
   permissions: Record<string, string>;
   repositories: string[];
 }
-
-const isUniqueViolation = (e: any) => e?.code === 'SQLITE_CONSTRAINT' || e?.code === '23505' || /UNIQUE constraint/.test(e?.message ?? '');
 
 export async function createGrant(db: Db, input: GrantInput): Promise<Grant> {
   const at = now();
@@ -45,4 +44,3 @@ export async function deleteGrant(db: Db, name: string): Promise<void> {
   if (!(await grantsRepo.remove(db, name))) throw notFound(`grant ${name}`);
 }
 
-export { isUniqueViolation };
