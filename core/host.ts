@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import IORedis from 'ioredis';
-import type { Worker } from 'bullmq';
+import { ConnectionOptions, Queue, type Worker } from 'bullmq';
 import expressWs from 'express-ws';
 import express from 'express';
 import { Config, ensureDataDir } from './config';
@@ -10,7 +10,7 @@ import { EmbeddedRedis, queuePrefix, redisOptions } from './redis';
 import { loadAdminToken } from './adminToken';
 import { sha256 } from './ids';
 import { createDb, migrate, Db } from '../db/knex';
-import { OperationQueue } from '../jobs/queue';
+import { OperationQueue, nodeQueueName } from '../jobs/queue';
 import { jobKinds } from '../jobs';
 import type { JobKind } from '../jobs/types';
 import { startWorker, WorkerOptions } from '../workers/worker';
@@ -77,7 +77,12 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
     const host: Host = { config, log, db, adminToken: admin.token, close };
 
     if (opts.roles.includes('worker')) {
-      const ctx: WorkerContext = { config, db, log: log.child({ part: 'worker' }), ...drivers };
+      // Only read by reconciliation: which operations still have a job behind them.
+      const inspect = new Queue(nodeQueueName(config.nodeId), { connection: connection as ConnectionOptions, prefix });
+      inspect.on('error', () => undefined);
+      closers.push(() => inspect.close());
+      const jobState = async (id: string) => (await inspect.getJob(id)) ? String(await inspect.getJobState(id)) : 'missing';
+      const ctx: WorkerContext = { config, db, log: log.child({ part: 'worker' }), ...drivers, jobState };
       await prepareHost(ctx);
       const worker = startWorker(ctx, [...jobKinds, ...(opts.extraJobs ?? [])], {
         connection,

@@ -2,6 +2,9 @@ import t from 'tap';
 import { startTestHost } from './helpers/host';
 import { startWorkerProcess, killWorker } from './helpers/workerProcess';
 import { run, sleep } from '../core/command';
+import { ConnectionOptions, Queue } from 'bullmq';
+import { nodeQueueName } from '../jobs/queue';
+import { queuePrefix, redisOptions } from '../core/redis';
 
 /** A worker killed in the middle of a create or a delete: after a restart the box converges,
  *  with exactly one of everything (or nothing, for a delete). */
@@ -46,6 +49,29 @@ t.test('a worker killed mid-operation converges after restart', async (t) => {
   t.equal((await host.call('GET', `${P}/c0`)).status, 404);
   t.same(await datasets(box.id), [], 'no dataset left');
   t.notOk((await containers()).includes(box.id), 'no container left');
+
+  // An operation whose job Redis lost fails at the next worker start instead of holding its
+  // box in `creating` forever; the half-made box is failed, and can be deleted.
+  const lost = await host.call('POST', P, { body: { name: 'lost' } });
+  const lostOp = lost.headers.get('operation-id')!;
+  await killWhenRunning(lostOp);
+  const queue = new Queue(nodeQueueName(host.config.nodeId), { connection: redisOptions(host.config) as ConnectionOptions, prefix: queuePrefix(host.config) });
+  t.teardown(() => queue.close());
+  // The dead worker's lock must lapse before the job can be removed.
+  for (let i = 0; i < 50 && (await queue.getJob(lostOp)); i++) {
+    await queue.remove(lostOp).catch(() => 0);
+    await sleep(200);
+  }
+  t.notOk(await queue.getJob(lostOp), 'the job is gone from Redis');
+  worker = await startWorkerProcess(host);
+  const lostDone = await host.call('GET', `/v1/operations/${lostOp}`);
+  t.equal(lostDone.body.status, 'failed');
+  t.match(lostDone.body.error, /lost/);
+  const lostBox = (await host.call('GET', `${P}/lost`)).body;
+  t.equal(lostBox.status, 'failed');
+  t.match(lostBox.error, /interrupted/);
+  t.equal((await host.call('DELETE', `${P}/lost?wait=60`)).status, 204, 'a failed box can be deleted');
+  t.same(await datasets(lostBox.id), [], 'nothing of it left');
 
   // A box marked running whose container vanished behind the host's back is started again.
   const c1 = (await host.call('GET', `${P}/c1`)).body;

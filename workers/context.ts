@@ -11,4 +11,6 @@ export interface WorkerContext {
   storage: StorageDriver;
   runtime: RuntimeDriver;
   network: NetworkDriver;
+  /** BullMQ's state of an operation's job (`waiting`, `active`, `failed` …) or `missing`. */
+  jobState(operationId: string): Promise<string>;
 }

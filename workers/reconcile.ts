@@ -5,6 +5,7 @@ import type { WorkerContext } from './context';
 import { startBox, stopBox } from './boxMachine';
 
 export interface ReconcileReport {
+  lostOperations: string[];
   restarted: string[];
   stopped: string[];
   failed: string[];
@@ -16,14 +17,24 @@ export interface ReconcileReport {
 const TRANSITIONAL = new Set(['creating', 'stopping', 'resuming', 'restoring', 'deleting']);
 
 /**
- * Makes db rows, runc state and ZFS datasets agree again, at worker start. Boxes with an
+ * Makes db rows, runc state and ZFS datasets agree again, at worker start. Operations whose
+ * job is gone fail first, so the boxes behind them are judged as they are. Boxes with an
  * operation still queued or running are left to it (BullMQ runs it again); for the rest the row
  * is the truth: a box marked running whose container is gone is started again, a box stuck in
  * a transitional state with no operation behind it fails with why, and host objects with no row
  * at all (a create that died before its row was written back, a delete that died after) go.
  */
 export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
-  const report: ReconcileReport = { restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [] };
+  const report: ReconcileReport = { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [] };
+  // An operation whose job is gone (Redis lost it) or ended without the operation hearing of
+  // it (BullMQ gave up on a job that stalled too often) would hold its box's queue forever.
+  for (const op of await operationsRepo.unfinished(ctx.db)) {
+    const state = await ctx.jobState(op.id);
+    if (state !== 'missing' && state !== 'failed' && state !== 'completed') continue;
+    await operationsRepo.update(ctx.db, op.id, { status: 'failed', error: `lost: its job is ${state}` });
+    report.lostOperations.push(op.id);
+  }
+
   const boxes = await boxesRepo.onNode(ctx.db, ctx.config.nodeId);
   const known = new Set(boxes.map((b) => b.id));
 

@@ -26,6 +26,23 @@ const UNCOMMITTED_GIVE_UP_MS = 60_000;
 export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOptions): Worker {
   const registry = new Map(kinds.map((k) => [k.kind, k]));
 
+  /** The context a handler runs with, for the attempt that is starting now. */
+  const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
+    const { operationId } = job.data;
+    const attempt = job.attemptsMade + 1;
+    return {
+      payload,
+      operationId,
+      attempt,
+      lastAttempt: attempt >= (job.opts.attempts ?? DEFAULT_ATTEMPTS),
+      host: ctx,
+      log: ctx.log.child({ op: operationId, kind: job.name, attempt }),
+      progress: async (percent: number) => {
+        await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });
+      },
+    };
+  };
+
   const processor = async (job: Job<JobEnvelope>, token?: string) => {
     const kind = registry.get(job.name);
     if (!kind) throw new UnrecoverableError(`unknown job kind ${job.name}`);
@@ -47,19 +64,8 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
     }
 
     const { value: payload, error } = kind.payload.validate(job.data.payload);
-    const attempts = job.opts.attempts ?? DEFAULT_ATTEMPTS;
-    const log = ctx.log.child({ op: operationId, kind: kind.kind, attempt: job.attemptsMade + 1 });
-    const jctx: JobContext<any> = {
-      payload,
-      operationId,
-      attempt: job.attemptsMade + 1,
-      lastAttempt: job.attemptsMade + 1 >= attempts,
-      host: ctx,
-      log,
-      progress: async (percent: number) => {
-        await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });
-      },
-    };
+    const jctx = jobContext(job, payload);
+    const log = jctx.log;
     try {
       if (error) throw new UnrecoverableError(`bad payload: ${error.message}`);
       await operationsRepo.update(ctx.db, operationId, { status: 'running' });
@@ -94,5 +100,22 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
     autorun: true,
   });
   worker.on('error', (err) => ctx.log.warn({ err: err.message }, 'worker connection error'));
+  // BullMQ can fail a job without running it again (it stalled more often than allowed); the
+  // processor never hears of that, so the operation and its resource are failed here.
+  worker.on('failed', (job, err) => {
+    if (!job) return;
+    void (async () => {
+      const op = await operationsRepo.get(ctx.db, job.data.operationId);
+      const gaveUp = job.attemptsMade >= (job.opts.attempts ?? DEFAULT_ATTEMPTS) || /stalled/i.test(err.message);
+      if (!op || isFinished(op.status) || !gaveUp) return;
+      const kind = registry.get(job.name);
+      const jctx = jobContext(job, job.data.payload);
+      try {
+        await kind?.onFailed?.(jctx, err);
+      } finally {
+        await operationsRepo.update(ctx.db, op.id, { status: 'failed', error: err.message });
+      }
+    })().catch((e) => ctx.log.warn({ err: (e as Error).message }, 'recording a failed job'));
+  });
   return worker;
 }

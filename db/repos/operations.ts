@@ -57,6 +57,7 @@ export const operationsRepo = {
       .whereIn('status', ['queued', 'running'])
       .orderBy('seq')
       .first(),
+  unfinished: (db: Db) => db<OperationRow>('operations').whereIn('status', ['queued', 'running']).orderBy('seq'),
   unfinishedForBox: (db: Db, boxId: string) =>
     db<OperationRow>('operations').where({ box_id: boxId }).whereIn('status', ['queued', 'running']).orderBy('seq'),
 };
