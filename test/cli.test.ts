@@ -61,6 +61,12 @@ t.test('box CLI against a real host', async (t) => {
     t.same(json(await ok(t, '--json', 'version')), json(r), '--json before or after the command');
   });
 
+  t.test('openapi', async (t) => {
+    const human = await ok(t, 'openapi');
+    t.match(human.stdout, /^POST\s+\/v1\/projects\/\{project\}\/boxes\s+Create a box/m);
+    t.equal(json(await ok(t, 'openapi', '--json')).openapi, '3.1.0');
+  });
+
   t.test('health --json', async (t) => {
     const r = await run('health', '--json');
     const body = json(r);

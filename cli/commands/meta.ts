@@ -46,4 +46,18 @@ export function register(program: Command): void {
         if (res.status !== 200) ctx.exit(1);
       }),
     );
+
+  program
+    .command('openapi')
+    .description('print the API description, an OpenAPI 3.1 document (GET /openapi.json)')
+    .action(
+      action(async (ctx) => {
+        const { body } = await ctx.client.get<{ paths: Record<string, Record<string, { summary?: string }>> }>('/openapi.json');
+        ctx.show(body, (doc) => {
+          for (const [p, methods] of Object.entries(doc.paths)) {
+            for (const [m, op] of Object.entries(methods)) say(`${m.toUpperCase().padEnd(6)} ${p}  ${op.summary ?? ''}`);
+          }
+        });
+      }),
+    );
 }
