@@ -1,6 +1,6 @@
 import net from 'node:net';
 import t from 'tap';
-import { startTestHost, TestHost } from './helpers/host';
+import { startTestHost } from './helpers/host';
 import { run, sleep } from '../core/command';
 
 /** Box routes end to end on real runc + ZFS + CNI + Redis, through HTTP. */
@@ -287,4 +287,3 @@ t.test('boxes', async (t) => {
   });
 });
 
-export type { TestHost };

@@ -91,4 +91,3 @@ export async function startTestHost(t: Test, env: Record<string, string> = {}, o
   return th;
 }
 
-export { Config };
