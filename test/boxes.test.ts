@@ -93,6 +93,10 @@ t.test('boxes', async (t) => {
     t.equal(u.body.termination_grace_period_seconds, 2);
     const limit = (await sh('alpha', 'web', 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes')).stdout.trim();
     t.equal(Number(limit), 256 * 1024 * 1024, 'memory limit changed live');
+    await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { cpus: 2 } } });
+    const quota = (await sh('alpha', 'web', 'cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us')).stdout.trim().split('\n').map(Number);
+    t.equal(quota[0] / quota[1], 2, 'cpus changed live (CFS quota = 2 periods)');
+    t.equal((await host.call('GET', `${P}/alpha/boxes/web`)).body.config.ram_mb, 256, 'a later PUT keeps fields it does not name');
     t.equal((await host.call('PUT', `${P}/alpha/boxes/web`, { body: { config: { storage_gb: 5 } } })).status, 400);
     t.equal((await host.call('PUT', `${P}/alpha/boxes/web`, { body: { tags: { n: 1 } } })).status, 400, 'map values are strings');
   });
