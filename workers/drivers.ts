@@ -135,6 +135,6 @@ export interface RuntimeDriver {
   exec(boxId: string, opts: ExecOptions): Promise<ExecResult>;
   /** Ids of containers this host's runc root knows (for reconciliation). */
   list(): Promise<{ boxId: string; status: ContainerStatus }[]>;
-  /** Rewrites /etc/boxes-env inside a running box. */
-  writeEnvironment(rootfs: string, environment: Record<string, string>): Promise<void>;
+  /** Rewrites the box's /etc/boxes-env (running or not; a running box sees it at once). */
+  writeEnvironment(boxId: string, environment: Record<string, string>): Promise<void>;
 }
