@@ -36,4 +36,3 @@ export async function migrate(db: Db): Promise<void> {
   await db.migrate.latest({ migrationSource: migrations, tableName: 'knex_migrations' });
 }
 
-export const isPostgres = (db: Db) => db.client.config.client === 'pg';

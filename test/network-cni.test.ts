@@ -17,6 +17,7 @@ const boxSubnet = `10.${200 + crypto.randomInt(50)}.0.0/16`;
 const timings: Record<string, number[]> = {};
 const logger = {
   debug: (o: { ms?: number }, msg?: string) => o.ms !== undefined && msg && (timings[msg] ??= []).push(o.ms),
+  info: () => undefined,
   warn: () => undefined,
 };
 const network = new CniNetwork({ dataDir, hostTag, boxSubnet, outbound: false, logger });

@@ -15,7 +15,7 @@ const runcRun: number[] = [];
 const runtime = new RuncRuntime({
   dataDir,
   hostTag,
-  logger: { debug: (o: { ms?: number }, msg?: string) => msg === 'runc run' && o.ms !== undefined && runcRun.push(o.ms), warn: () => undefined },
+  logger: { debug: (o: { ms?: number }, msg?: string) => msg === 'runc run' && o.ms !== undefined && runcRun.push(o.ms), info: () => undefined, warn: () => undefined },
 });
 const netnsNames: string[] = [];
 const boxIds: string[] = [];

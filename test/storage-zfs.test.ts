@@ -15,7 +15,7 @@ const hostTag = `zt${crypto.randomBytes(3).toString('hex')}`;
 const dataDir = fs.mkdtempSync(path.join(fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir(), `boxhost-zfs-${hostTag}-`));
 const pool = `boxhost-${hostTag}`;
 const messages: string[] = [];
-const logger = { info: (...a: any[]) => messages.push(JSON.stringify(a)), warn: (...a: any[]) => messages.push(JSON.stringify(a)) };
+const logger = { debug: () => undefined, info: (...a: any[]) => messages.push(JSON.stringify(a)), warn: (...a: any[]) => messages.push(JSON.stringify(a)) };
 const storage = new ZfsStorage({ dataDir, poolSizeGb: 2, hostTag, logger });
 
 const base: BaseRef = { name: 'tiny', version: 'v1' };

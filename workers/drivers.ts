@@ -5,6 +5,13 @@
  * "create what exists" and "destroy what is gone" must both succeed quietly.
  */
 
+/** What a driver logs through (pino's logger fits). */
+export interface DriverLogger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
 /** A base version as stored: `busybox` + `3f2a…`. */
 export interface BaseRef {
   name: string;

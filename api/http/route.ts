@@ -2,7 +2,7 @@ import express, { NextFunction, Request, Response, Router } from 'express';
 import Joi from 'joi';
 import type { ApiContext, Identity } from '../context';
 import { authenticate } from '../services/tokens';
-import { ApiError, forbidden, invalid, unauthenticated } from './errors';
+import { forbidden, invalid, unauthenticated } from './errors';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
@@ -123,4 +123,3 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
   return router;
 }
 
-export { ApiError };

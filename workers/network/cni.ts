@@ -1,17 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run } from '../../core/command';
-import type { NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
+import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
 const NETNS_DIR = '/run/netns';
-
-/** Minimal logger shape (pino's fits). */
-export interface NetworkLogger {
-  debug(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-}
 
 export interface CniNetworkOptions {
   dataDir: string;
@@ -20,7 +14,7 @@ export interface CniNetworkOptions {
   boxSubnet: string;
   /** NAT boxes out through the host (BOXHOST_BOX_OUTBOUND). */
   outbound: boolean;
-  logger?: NetworkLogger;
+  logger?: DriverLogger;
   cniPath?: string;
 }
 
@@ -45,7 +39,7 @@ export class CniNetwork implements NetworkDriver {
   private readonly prefix16: [number, number];
   private readonly cniPath: string;
   private readonly ipamDir: string;
-  private readonly logger?: NetworkLogger;
+  private readonly logger?: DriverLogger;
   private iptablesBin?: string;
   private ip6tablesBin?: string | null;
 
@@ -391,22 +385,17 @@ export class CniNetwork implements NetworkDriver {
     }
     const br = `${this.bridgePrefix}+`;
     const ipt = await this.iptables().catch(() => null);
-    if (ipt) {
-      await this.removeChain(ipt, 'filter', this.chainIn, [['INPUT', ['-i', br, '-j', this.chainIn]]]);
-      await this.removeChain(ipt, 'filter', this.chainFwd, [
-        ['FORWARD', ['-i', br, '-j', this.chainFwd]],
-        ['FORWARD', ['-o', br, '-j', this.chainFwd]],
-      ]);
-      await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
-    }
     const ip6 = await this.ip6tables().catch(() => null);
-    if (ip6) {
-      await this.removeChain(ip6, 'filter', this.chainIn, [['INPUT', ['-i', br, '-j', this.chainIn]]]);
-      await this.removeChain(ip6, 'filter', this.chainFwd, [
+    for (const tool of [ipt, ip6]) {
+      if (!tool) continue;
+      await this.removeChain(tool, 'filter', this.chainIn, [['INPUT', ['-i', br, '-j', this.chainIn]]]);
+      await this.removeChain(tool, 'filter', this.chainFwd, [
         ['FORWARD', ['-i', br, '-j', this.chainFwd]],
         ['FORWARD', ['-o', br, '-j', this.chainFwd]],
       ]);
     }
+    // NAT (outbound) exists for IPv4 only.
+    if (ipt) await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
     await fs.promises.rm(path.join(this.dataDir, 'cni'), { recursive: true, force: true });
   }
 }
@@ -428,7 +417,7 @@ function sameRules(have: string[], want: string[][]): boolean {
   return have.every((h, i) => norm(h) === norm(want[i].join(' ')));
 }
 
-async function writeSysctl(file: string, value: string, logger?: NetworkLogger): Promise<void> {
+async function writeSysctl(file: string, value: string, logger?: DriverLogger): Promise<void> {
   try {
     const cur = (await fs.promises.readFile(file, 'utf8')).trim();
     if (cur === value) return;

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { CommandError, run, sleep } from '../../core/command';
-import type { ContainerSpec, ContainerStatus, ExecOptions, ExecResult, RuntimeDriver } from '../drivers';
+import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecResult, RuntimeDriver } from '../drivers';
 import { BOX_BUSYBOX, buildOciSpec, validateEnvironment } from './ociSpec';
 
 /** Each of stdout and stderr of an exec is kept up to this many bytes; the rest is dropped. */
@@ -31,16 +31,10 @@ export class BoxNotRunningError extends Error {
   override name = 'BoxNotRunningError';
 }
 
-/** Minimal logger shape (pino's fits). */
-export interface RuntimeLogger {
-  debug(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-}
-
 export interface RuncRuntimeOptions {
   dataDir: string;
   hostTag: string;
-  logger?: RuntimeLogger;
+  logger?: DriverLogger;
   runc?: string;
   tini?: string;
   busybox?: string;
@@ -220,7 +214,7 @@ export class RuncRuntime implements RuntimeDriver {
   private readonly runcBin: string;
   private readonly tini: string;
   private readonly busybox: string;
-  private readonly logger?: RuntimeLogger;
+  private readonly logger?: DriverLogger;
 
   constructor(opts: RuncRuntimeOptions) {
     if (!/^[a-z0-9]{1,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);

@@ -22,7 +22,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep, type RunResult } from '../../core/command';
-import type { BaseRef, RootSource, StorageDriver } from '../drivers';
+import type { BaseRef, DriverLogger, RootSource, StorageDriver } from '../drivers';
 
 export interface ZfsStorageOptions {
   dataDir: string;
@@ -30,7 +30,7 @@ export interface ZfsStorageOptions {
   pool?: string;
   poolSizeGb: number;
   hostTag: string;
-  logger?: { info(...a: any[]): void; warn(...a: any[]): void };
+  logger?: DriverLogger;
 }
 
 export interface BoxSnapshotInfo {
@@ -96,7 +96,7 @@ export class ZfsStorage implements StorageDriver {
   private readonly zfsDir: string;
   private readonly defaultMount: string;
   private mountRoot: string;
-  private readonly log: { info(...a: any[]): void; warn(...a: any[]): void };
+  private readonly log: DriverLogger;
   private readonly zfsBin = binary('zfs');
   private readonly zpoolBin = binary('zpool');
 
@@ -106,7 +106,7 @@ export class ZfsStorage implements StorageDriver {
     this.imagePath = path.join(this.zfsDir, 'pool.img');
     this.defaultMount = path.join(this.zfsDir, 'mnt');
     this.mountRoot = this.defaultMount;
-    this.log = opts.logger ?? { info: noop, warn: noop };
+    this.log = opts.logger ?? { debug: noop, info: noop, warn: noop };
     if (opts.pool) {
       if (!/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/.test(opts.pool)) throw new Error(`invalid ZFS pool ${JSON.stringify(opts.pool)}`);
       this.pool = opts.pool.split('/')[0];
@@ -410,7 +410,7 @@ export class ZfsStorage implements StorageDriver {
     if (probe.exitCode === 0) return;
     if (!isDaemonDown(probe.stderr)) throw new Error(`zpool list failed: ${probe.stderr.trim()}`);
     if (!fs.existsSync(ZFS_FUSE)) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
-    this.log.info('starting the zfs-fuse daemon');
+    this.log.info({}, 'starting the zfs-fuse daemon');
     // A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word; so does a
     // missing /var/lock (it says why only to syslog).
     removeStalePidfile(ZFS_FUSE_PIDFILE, 'zfs-fuse');
