@@ -1,9 +1,11 @@
 import type { RequestHandler } from 'express';
 import client from 'prom-client';
 import type { OperationQueue } from '../jobs/queue';
+import type { NodeDirectory } from '../domain/nodes';
 
-/** Prometheus metrics of one api process: request durations and the queue's depth. */
-export function createMetrics(queue: OperationQueue) {
+/** Prometheus metrics of one api process: request durations, each node's queue depth, and
+ *  which nodes are up. */
+export function createMetrics(queue: OperationQueue, nodes: NodeDirectory) {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   const httpDuration = new client.Histogram({
@@ -15,14 +17,29 @@ export function createMetrics(queue: OperationQueue) {
   });
   new client.Gauge({
     name: 'boxhost_queue_jobs',
-    help: 'Jobs in the operation queue by state',
-    labelNames: ['state'],
+    help: 'Jobs in each node queue by state',
+    labelNames: ['node', 'state'],
     registers: [registry],
     async collect() {
       try {
-        for (const [state, n] of Object.entries(await queue.counts())) this.set({ state }, n);
+        for (const n of await nodes.list()) {
+          for (const [state, count] of Object.entries(await queue.counts(n.id))) this.set({ node: n.id, state }, count);
+        }
       } catch {
-        // Redis down: leave the gauge as it was; /healthz reports the outage.
+        // Redis or the db down: leave the gauge as it was; /healthz reports the outage.
+      }
+    },
+  });
+  new client.Gauge({
+    name: 'boxhost_node_up',
+    help: '1 while a node is up (heartbeat fresh), else 0',
+    labelNames: ['node'],
+    registers: [registry],
+    async collect() {
+      try {
+        for (const n of await nodes.list()) this.set({ node: n.id }, n.status === 'up' ? 1 : 0);
+      } catch {
+        // see above
       }
     },
   });

@@ -21,7 +21,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { loadConfig, Config } from '../core/config';
-import { startHost, Host } from '../core/host';
+import { startHost, Host } from '../server/host';
 import { cleanupHost } from '../test/helpers/cleanup';
 import { busyboxVersion } from '../workers/bases/busyboxRootfs';
 import { ZfsStorage } from '../workers/storage/zfs';
@@ -318,10 +318,10 @@ async function main(): Promise<number> {
   try {
     progress(`starting a host in ${config.dataDir}`);
     const t0 = nowMs();
-    host = await startHost(config, { roles: ['api', 'worker'], log });
+    host = await startHost(config, { roles: ['api', 'node'], log });
     results.host_start_ms = round1(nowMs() - t0);
     api = new Api(host.url!, host.adminToken);
-    const ctx = host.workerContext!;
+    const ctx = host.node!.ctx;
     profiler.wrap(ctx.storage, 'storage', ['createBoxRoot', 'destroyBoxRoot']);
     profiler.wrap(ctx.network, 'network', ['attach', 'detach']);
     profiler.wrap(ctx.runtime, 'runtime', ['start', 'writeEnvironment', 'exec', 'remove', 'stop', 'status']);

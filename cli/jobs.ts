@@ -1,19 +1,10 @@
+import type { Operation } from '../core/apiTypes';
 import type { ApiResponse } from './client';
 import { apiPath } from './client';
 import type { Ctx } from './context';
 import { note, Progress, say } from './output';
 
-/** An operation of DESIGN.md §3. */
-export interface Operation {
-  id: string;
-  kind: string;
-  status: 'queued' | 'running' | 'succeeded' | 'failed';
-  resource: string;
-  progress: number | null;
-  error: string | null;
-  created_at: string;
-  updated_at: string;
-}
+export type { Operation };
 
 export const isFinished = (op: Operation) => op.status === 'succeeded' || op.status === 'failed';
 

@@ -11,8 +11,9 @@ import * as operations from './commands/operations';
 import * as projects from './commands/projects';
 import * as boxes from './commands/boxes';
 import * as exec from './commands/exec';
+import * as nodes from './commands/nodes';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

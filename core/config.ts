@@ -24,7 +24,22 @@ export interface Config {
   oidc: { issuer?: string; clientId?: string; clientSecret?: string };
   importLimitBytes: number;
   nodeId: string;
+  /** BOXHOST_NODE_NAME (default: the machine's host name). */
+  nodeName?: string;
+  /** Overrides of what the node registers as its capacity (default: the machine's). */
+  nodeCpus?: number;
+  nodeRamMb?: number;
   workerConcurrency: number;
+  /** Shared by the api and every node: authenticates calls to node agents. */
+  clusterSecret?: string;
+  agentHost: string;
+  agentPort: number;
+  /** The address the api uses to reach this node's agent (default: http://agentHost:port). */
+  agentUrl?: string;
+  /** Key prefix of every queue of the cluster in Redis. */
+  redisPrefix: string;
+  heartbeatMs: number;
+  nodeTimeoutMs: number;
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
    *  and iptables chains of hosts that run side by side (tests) apart. */
   hostTag: string;
@@ -52,7 +67,17 @@ const envSchema = Joi.object({
   BOXHOST_OIDC_CLIENT_SECRET: Joi.string().optional(),
   BOXHOST_IMPORT_LIMIT_BYTES: Joi.number().integer().min(1).default(4 * 1024 ** 3),
   BOXHOST_NODE_ID: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
+  BOXHOST_NODE_NAME: Joi.string().max(255).optional(),
+  BOXHOST_NODE_CPUS: Joi.number().integer().min(1).max(100000).optional(),
+  BOXHOST_NODE_RAM_MB: Joi.number().integer().min(64).optional(),
   BOXHOST_WORKER_CONCURRENCY: Joi.number().integer().min(1).max(64).default(8),
+  BOXHOST_CLUSTER_SECRET: Joi.string().min(16).optional(),
+  BOXHOST_AGENT_HOST: Joi.string().default('127.0.0.1'),
+  BOXHOST_AGENT_PORT: Joi.number().integer().min(0).max(65535).default(8082),
+  BOXHOST_AGENT_URL: Joi.string().uri({ scheme: ['http', 'https'] }).optional(),
+  BOXHOST_REDIS_PREFIX: Joi.string().pattern(/^[A-Za-z0-9:_.-]{1,64}$/).default('boxhost'),
+  BOXHOST_HEARTBEAT_SECS: Joi.number().min(0.1).max(60).default(2),
+  BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
 }).unknown(true);
 
 export class ConfigError extends Error {}
@@ -95,7 +120,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     },
     importLimitBytes: value.BOXHOST_IMPORT_LIMIT_BYTES,
     nodeId: value.BOXHOST_NODE_ID,
+    nodeName: value.BOXHOST_NODE_NAME,
+    nodeCpus: value.BOXHOST_NODE_CPUS,
+    nodeRamMb: value.BOXHOST_NODE_RAM_MB,
     workerConcurrency: value.BOXHOST_WORKER_CONCURRENCY,
+    clusterSecret: value.BOXHOST_CLUSTER_SECRET,
+    agentHost: value.BOXHOST_AGENT_HOST,
+    agentPort: value.BOXHOST_AGENT_PORT,
+    agentUrl: value.BOXHOST_AGENT_URL,
+    redisPrefix: value.BOXHOST_REDIS_PREFIX,
+    heartbeatMs: Math.round(value.BOXHOST_HEARTBEAT_SECS * 1000),
+    nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
   };
 }

@@ -26,8 +26,9 @@ export function redisOptions(config: Config): RedisOptions {
 
 export const embeddedRedisSocket = (config: Config) => path.join(config.dataDir, 'redis', 'redis.sock');
 
-/** Key prefix of this host's queues: hosts sharing a Redis (tests) stay apart. */
-export const queuePrefix = (config: Config) => `bh:${config.hostTag}`;
+/** Key prefix of the cluster's queues (BOXHOST_REDIS_PREFIX): the api and every node share
+ *  it; installations sharing one Redis set different ones. */
+export const queuePrefix = (config: Config) => config.redisPrefix;
 
 async function answersPing(socket: string): Promise<boolean> {
   if (!fs.existsSync(socket)) return false;

@@ -1,27 +1,24 @@
 import { boxesRepo } from '../db/repos/boxes';
+import { TRANSITIONS } from '../core/box';
 import { defineJob } from './types';
-import { BOX_JOB, BoxJobPayload, boxJobPayload } from './boxJobs';
-import { destroyBox, startBox } from '../workers/boxMachine';
+import { boxJobs } from './boxJobs';
 
 /** creating → running: clone the root, join the network, start the container. */
-export const createBoxJob = defineJob<BoxJobPayload>({
-  kind: BOX_JOB.create,
-  payload: boxJobPayload,
-  async run({ payload, host, progress }) {
-    const box = await boxesRepo.byId(host.db, payload.boxId);
+export const createBoxJob = defineJob({
+  type: boxJobs.create,
+  async run({ payload, db, node, progress }) {
+    const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return; // deleted before its turn came
-    if (!payload.source) throw new Error('create without a root source');
-    // The root and the netns do not depend on each other: make them side by side.
-    await Promise.all([host.storage.createBoxRoot(box.id, payload.source, box.config.storage_gb), host.network.prepare(box.id)]);
+    await node.createRoot(box, payload.source);
     await progress(50);
-    await startBox(host, box);
-    await boxesRepo.update(host.db, box.id, { status: 'running', error: null });
+    await node.start(box);
+    await boxesRepo.update(db, box.id, { status: TRANSITIONS.create.after as 'running', error: null });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */
-  async onFailed({ payload, host, log }, error) {
-    const box = await boxesRepo.byId(host.db, payload.boxId);
+  async onFailed({ payload, db, node, log }, error) {
+    const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return;
-    await destroyBox(host, box).catch((e) => log.warn({ err: (e as Error).message }, 'cleanup of a failed create'));
-    await boxesRepo.update(host.db, box.id, { status: 'failed', error: `create failed: ${error.message}`, address: null });
+    await node.destroy(box).catch((e) => log.warn({ err: (e as Error).message }, 'cleanup of a failed create'));
+    await boxesRepo.update(db, box.id, { status: 'failed', error: `create failed: ${error.message}`, address: null });
   },
 });

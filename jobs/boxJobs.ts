@@ -1,38 +1,33 @@
 import Joi from 'joi';
-import type { BoxStatus } from '../db/repos/boxes';
-import type { RootSource } from '../workers/drivers';
+import type { BoxAction, RootSource } from '../core/box';
+import { jobType } from './types';
 
-/** Job kind names of the box lifecycle. */
-export const BOX_JOB = {
-  create: 'box.create',
-  stop: 'box.stop',
-  resume: 'box.resume',
-  delete: 'box.delete',
-} as const;
-
-export interface BoxJobPayload {
+export interface BoxRef {
   boxId: string;
-  /** create only: where the root comes from. */
-  source?: RootSource;
 }
 
-export const boxJobPayload = Joi.object<BoxJobPayload>({
-  boxId: Joi.string().required(),
-  source: Joi.object().unknown(true),
-});
+export interface BoxCreatePayload extends BoxRef {
+  /** Where the root comes from: a base version, or another box (a fork). */
+  source: RootSource;
+}
 
-/** Where each box job leaves the box when it succeeds. */
-const RESULT: Record<string, BoxStatus | 'deleted'> = {
-  [BOX_JOB.create]: 'running',
-  [BOX_JOB.stop]: 'stopped',
-  [BOX_JOB.resume]: 'running',
-  [BOX_JOB.delete]: 'deleted',
-};
+const boxId = Joi.string().pattern(/^[a-z0-9]{1,32}$/).required();
+const boxRef = Joi.object<BoxRef>({ boxId });
+const rootSource = Joi.alternatives(
+  Joi.object({ kind: Joi.valid('base').required(), base: Joi.object({ name: Joi.string().required(), version: Joi.string().required() }).required() }),
+  Joi.object({ kind: Joi.valid('box').required(), boxId: Joi.string().required(), snapshot: Joi.string() }),
+);
 
-/** The status a box will have once the given unfinished operations have run. */
-export function projectedStatus(current: BoxStatus, pendingKinds: string[]): BoxStatus {
-  let status: BoxStatus | 'deleted' = current;
-  for (const k of pendingKinds) status = RESULT[k] ?? status;
-  // After a queued delete nothing makes sense: report it as "deleting" so every check refuses.
-  return status === 'deleted' ? 'deleting' : status;
+/** The job types of the box lifecycle, one per action of the state machine. */
+export const boxJobs = {
+  create: jobType<BoxCreatePayload>('box.create', Joi.object<BoxCreatePayload>({ boxId, source: rootSource.required() })),
+  stop: jobType<BoxRef>('box.stop', boxRef),
+  resume: jobType<BoxRef>('box.resume', boxRef),
+  delete: jobType<BoxRef>('box.delete', boxRef),
+} as const;
+
+/** The state-machine action a job kind carries out (undefined for other kinds). */
+export function boxActionOf(kind: string): BoxAction | undefined {
+  for (const [action, t] of Object.entries(boxJobs)) if (t.kind === kind) return action as BoxAction;
+  return undefined;
 }

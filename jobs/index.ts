@@ -1,8 +1,8 @@
-import type { JobKind } from './types';
+import type { JobHandler } from './types';
 import { createBoxJob } from './boxCreate';
 import { stopBoxJob } from './boxStop';
 import { resumeBoxJob } from './boxResume';
 import { deleteBoxJob } from './boxDelete';
 
-/** Every job kind the worker runs. */
-export const jobKinds: JobKind[] = [createBoxJob, stopBoxJob, resumeBoxJob, deleteBoxJob];
+/** Every job handler a node's worker runs. */
+export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, deleteBoxJob];

@@ -1,21 +1,26 @@
-import { ConnectionOptions, Queue, QueueEvents } from 'bullmq';
-import type { RedisOptions } from 'ioredis';
+import { Queue } from 'bullmq';
+import IORedis, { RedisOptions } from 'ioredis';
 import type { Db } from '../db/knex';
 import { OperationRow, operationsRepo, isFinished } from '../db/repos/operations';
 import { newId, now } from '../core/ids';
-import type { JobEnvelope } from './types';
+import type { JobEnvelope, JobMessage } from './types';
 
 export const DEFAULT_ATTEMPTS = 5;
 const FALLBACK_POLL_MS = 500;
 
-/** The queue a host's worker consumes; named per node so several hosts can share one Redis. */
+/** The queue of one node: its workers consume it, and only it (DESIGN.md §1). */
 export const nodeQueueName = (nodeId: string) => `node-${nodeId}`;
 
-export interface EnqueueRequest {
-  kind: string;
-  payload: unknown;
+/** Workers publish an operation's id here when it ends, so waiters wake at once. */
+export const operationsChannel = (prefix: string) => `${prefix}:operations:ended`;
+
+export interface EnqueueMeta {
   /** Path a client polls for the resource (`Location`). */
   resource: string;
+  /** The node whose queue takes the job. */
+  node: string;
+  /** The project whose tokens may read the operation (absent: host-wide). */
+  project?: string;
   /** Operations on one box run one at a time in arrival order. */
   boxId?: string;
   createdBy?: string;
@@ -23,30 +28,45 @@ export interface EnqueueRequest {
 }
 
 /**
- * The api's side of long operations: an `operations` row (the durable record clients poll)
- * plus a BullMQ job carrying its id. The row is written inside the caller's transaction, and the
- * job added last, so a failed add rolls everything back: no row without a job.
+ * The producer side of long operations: an `operations` row (the durable record clients poll)
+ * plus a BullMQ job on the owning node's queue carrying its id. The row is written inside the
+ * caller's transaction and the job added last, so a failed add rolls everything back: no row
+ * without a job. All queues share one Redis connection, and one subscription wakes waiters.
  */
 export class OperationQueue {
-  readonly queue: Queue;
-  /** Wakes waiters the moment a job ends, instead of them polling the db on a schedule. */
-  private readonly events: QueueEvents;
+  private readonly queues = new Map<string, Queue>();
+  private readonly client: IORedis;
+  private readonly subscriber: IORedis;
   private readonly waiters = new Map<string, Set<() => void>>();
 
-  constructor(private readonly db: Db, connection: RedisOptions, prefix: string, nodeId: string) {
+  constructor(
+    private readonly db: Db,
+    connection: RedisOptions,
+    private readonly prefix: string,
+  ) {
     // Commands fail fast while Redis is down instead of queueing forever: the api answers 503.
-    this.queue = new Queue(nodeQueueName(nodeId), { connection: { ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 } as ConnectionOptions, prefix });
-    this.queue.on('error', () => undefined);
-    this.events = new QueueEvents(nodeQueueName(nodeId), { connection: connection as ConnectionOptions, prefix });
-    this.events.on('error', () => undefined);
-    const wake = ({ jobId }: { jobId: string }) => {
-      for (const w of this.waiters.get(jobId) ?? []) w();
-    };
-    this.events.on('completed', wake);
-    this.events.on('failed', wake);
+    this.client = new IORedis({ ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+    this.client.on('error', () => undefined);
+    this.subscriber = new IORedis({ ...connection, maxRetriesPerRequest: null });
+    this.subscriber.on('error', () => undefined);
+    void this.subscriber.subscribe(operationsChannel(prefix)).catch(() => undefined);
+    this.subscriber.on('message', (_channel, id: string) => {
+      for (const w of this.waiters.get(id) ?? []) w();
+    });
   }
 
-  /** Resolves when job `id` completes or fails (any attempt), or after `ms`. */
+  /** The BullMQ queue of a node (made on first use). */
+  queueOf(node: string): Queue {
+    let q = this.queues.get(node);
+    if (!q) {
+      q = new Queue(nodeQueueName(node), { connection: this.client, prefix: this.prefix });
+      q.on('error', () => undefined);
+      this.queues.set(node, q);
+    }
+    return q;
+  }
+
+  /** Resolves when operation `id` is announced as ended, or after `ms`. */
   private nextEvent(id: string, ms: number): { done: Promise<void>; cancel(): void } {
     let timer: NodeJS.Timeout | undefined;
     let wake!: () => void;
@@ -65,27 +85,29 @@ export class OperationQueue {
     return { done: done.then(cancel), cancel };
   }
 
-  async enqueue(trx: Db, req: EnqueueRequest): Promise<OperationRow> {
+  async enqueue<P>(trx: Db, msg: JobMessage<P>, meta: EnqueueMeta): Promise<OperationRow> {
     const at = now();
     const row: Omit<OperationRow, 'seq'> = {
       id: newId('op'),
-      kind: req.kind,
+      kind: msg.kind,
       status: 'queued',
-      resource: req.resource,
-      box_id: req.boxId ?? null,
+      resource: meta.resource,
+      box_id: meta.boxId ?? null,
+      project: meta.project ?? null,
+      node: meta.node,
       progress: null,
       error: null,
-      payload: JSON.stringify(req.payload ?? {}),
-      created_by: req.createdBy ?? null,
+      payload: JSON.stringify(msg.payload ?? {}),
+      created_by: meta.createdBy ?? null,
       created_at: at,
       updated_at: at,
     };
     await operationsRepo.insert(trx, row);
-    const data: JobEnvelope = { operationId: row.id, payload: req.payload };
+    const data: JobEnvelope<P> = { operationId: row.id, payload: msg.payload };
     await withTimeout(
-      this.queue.add(req.kind, data, {
+      this.queueOf(meta.node).add(msg.kind, data, {
         jobId: row.id,
-        attempts: req.attempts ?? DEFAULT_ATTEMPTS,
+        attempts: meta.attempts ?? DEFAULT_ATTEMPTS,
         backoff: { type: 'exponential', delay: 1000 },
         removeOnComplete: { age: 24 * 3600, count: 10000 },
         removeOnFail: { age: 7 * 24 * 3600 },
@@ -97,8 +119,8 @@ export class OperationQueue {
   }
 
   /** Answers the operation row once it finishes, or as it is when `timeoutMs` runs out. The
-   *  queue's events wake the wait; the db stays the truth, read again at least every 500 ms
-   *  in case an event was missed (Redis reconnecting). */
+   *  workers' announcements wake the wait; the db stays the truth, read again at least every
+   *  500 ms in case an announcement was missed (Redis reconnecting). */
   async waitFor(id: string, timeoutMs: number): Promise<OperationRow | undefined> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -113,17 +135,24 @@ export class OperationQueue {
     }
   }
 
-  async counts(): Promise<Record<string, number>> {
-    return withTimeout(this.queue.getJobCounts('wait', 'active', 'delayed', 'failed', 'completed'), 2000, 'redis timeout');
+  /** Jobs by state on one node's queue. */
+  async counts(node: string): Promise<Record<string, number>> {
+    return withTimeout(this.queueOf(node).getJobCounts('wait', 'active', 'delayed', 'failed', 'completed'), 2000, 'redis timeout');
   }
 
-  async workersAlive(): Promise<number> {
-    return (await withTimeout(this.queue.getWorkers(), 2000, 'redis timeout')).length;
+  /** Worker processes connected to one node's queue. */
+  async workersAlive(node: string): Promise<number> {
+    return (await withTimeout(this.queueOf(node).getWorkers(), 2000, 'redis timeout')).length;
+  }
+
+  async ping(): Promise<void> {
+    await withTimeout(this.client.ping(), 2000, 'redis timeout');
   }
 
   close = async () => {
-    await this.events.close();
-    await this.queue.close();
+    for (const q of this.queues.values()) await q.close();
+    this.subscriber.disconnect();
+    this.client.disconnect();
   };
 }
 

@@ -1,12 +1,31 @@
 import type Joi from 'joi';
 import type { Logger } from '../core/logger';
-import type { WorkerContext } from '../workers/context';
+import type { Db } from '../db/knex';
+import type { BoxHost } from './ports';
 
 /** What every job carries besides its kind's own payload. */
 export interface JobEnvelope<P = unknown> {
   operationId: string;
   payload: P;
 }
+
+/** A job ready to be queued: its kind and a payload of that kind's type. */
+export interface JobMessage<P = unknown> {
+  kind: string;
+  payload: P;
+}
+
+/**
+ * One kind of job as producers see it: its name, its payload schema, and `of`, which makes a
+ * message only from a payload of the right type (the worker checks it again with the schema).
+ */
+export interface JobType<P> {
+  kind: string;
+  schema: Joi.Schema<P>;
+  of(payload: P): JobMessage<P>;
+}
+
+export const jobType = <P>(kind: string, schema: Joi.Schema<P>): JobType<P> => ({ kind, schema, of: (payload) => ({ kind, payload }) });
 
 export interface JobContext<P> {
   payload: P;
@@ -15,22 +34,23 @@ export interface JobContext<P> {
   attempt: number;
   /** True when this run is the last one BullMQ will make. */
   lastAttempt: boolean;
-  host: WorkerContext;
+  db: Db;
   log: Logger;
+  /** The host side of the node running the job. */
+  node: BoxHost;
   progress(percent: number): Promise<void>;
 }
 
 /**
- * One kind of long operation. `run` must be idempotent: a worker can die at any line and the
+ * The handler of one job type. `run` must be idempotent: a worker can die at any line and the
  * job runs again from the top on another worker, so every step checks what is already done.
  */
-export interface JobKind<P = any> {
-  kind: string;
-  payload: Joi.Schema<P>;
+export interface JobHandler<P = any> {
+  type: JobType<P>;
   run(ctx: JobContext<P>): Promise<void>;
   /** Called once when the job has failed for good: write the failure onto the resource. */
   onFailed?(ctx: JobContext<P>, error: Error): Promise<void>;
   attempts?: number;
 }
 
-export const defineJob = <P>(kind: JobKind<P>): JobKind<P> => kind;
+export const defineJob = <P>(handler: JobHandler<P>): JobHandler<P> => handler;

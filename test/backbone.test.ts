@@ -3,7 +3,7 @@ import { sha256 } from '../core/ids';
 import { routes } from '../api/routes';
 import { expressPath } from '../api/http/route';
 import { request, startTestHost, testConfig } from './helpers/host';
-import { startHost } from '../core/host';
+import { startHost } from '../server/host';
 import fs from 'node:fs';
 
 t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
@@ -17,7 +17,7 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     t.type(v.body.commit, 'string');
     const h = await host.call('GET', '/healthz', { token: null });
     t.equal(h.status, 200, JSON.stringify(h.body));
-    t.same(h.body.checks, { db: 'ok', redis: 'ok', storage: 'ok', workers: 1 });
+    t.same(h.body.checks, { db: 'ok', redis: 'ok', storage: 'ok', workers: 1, nodes: { local: 'ok' } });
     t.equal(h.body.status, 'ok');
   });
 
@@ -176,13 +176,13 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     const m = await host.call('GET', '/metrics', { token: null });
     t.equal(m.status, 200);
     t.match(m.text, /boxhost_http_request_duration_seconds_bucket\{.*route="\/v1\/tokens"/);
-    t.match(m.text, /boxhost_queue_jobs\{state="wait"\} \d+/);
+    t.match(m.text, /boxhost_queue_jobs\{node="local",state="wait"\} \d+/);
   });
 });
 
 t.test('bad configuration stops with one line naming the variable', async (t) => {
   const { spawnSync } = await import('node:child_process');
-  const main = require.resolve('../core/main');
+  const main = require.resolve('../server/main');
   const r = spawnSync(process.execPath, [main], { env: { ...process.env, BOXHOST_PORT: 'eighty' }, encoding: 'utf8' });
   t.equal(r.status, 2);
   t.match(r.stderr.trim(), /^boxhost: invalid BOXHOST_PORT="eighty": must be a number$/);

@@ -217,7 +217,7 @@ t.test('boxes', async (t) => {
     t.same((await host.call('GET', `${P}/-/boxes`, { token: tok })).body.boxes.map((b: any) => b.name), ['stranger'], 'a limited token sees its projects only');
     t.equal((await host.call('GET', `${P}/alpha/boxes/web`, { token: tok })).status, 404);
     t.equal((await host.call('POST', `${P}/alpha/boxes/web/stop`, { token: tok })).status, 404);
-    t.same((await host.call('GET', `${P}/alpha/boxes`, { token: tok })).body.boxes, []);
+    t.equal((await host.call('GET', `${P}/alpha/boxes`, { token: tok })).status, 404, 'another project is 404 (DESIGN.md §6)');
     t.equal((await host.call('POST', `${P}/alpha/boxes`, { token: tok, body: { name: 'sneaky' } })).status, 403);
   });
 

@@ -256,7 +256,7 @@ t.test('box CLI against a real host', async (t) => {
 
   t.test('op get / op wait', async (t) => {
     const enqueue = (kind: string, payload: unknown) =>
-      host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload, resource: `/v1/test/${kind}`, attempts: 1 }));
+      host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload }, { resource: `/v1/test/${kind}`, node: host.config.nodeId, attempts: 1 }));
     const dir = fs.mkdtempSync(path.join(cfgDir, 'jobs-'));
     const slow = await enqueue('test.slow', { dir, sleepMs: 300, name: 'cli' });
     const done = await ok(t, 'op', 'wait', slow.id, '--timeout', '30');

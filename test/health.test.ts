@@ -49,7 +49,7 @@ t.test('healthz turns 503 while Redis is down and back to 200 when it returns', 
 
   // A job-backed request while Redis is down is refused with 503 and leaves no row behind.
   const before = await host.db('operations').count({ n: '*' });
-  const enqueue = host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind: 'x', payload: {}, resource: '/v1/x' }));
+  const enqueue = host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind: 'x', payload: {} }, { resource: '/v1/x', node: host.config.nodeId }));
   await t.rejects(enqueue);
   t.same(await host.db('operations').count({ n: '*' }), before, 'rolled back');
 
@@ -60,5 +60,5 @@ t.test('healthz turns 503 while Redis is down and back to 200 when it returns', 
     back = await health();
   }
   t.equal(back.status, 200, JSON.stringify(back.body));
-  t.same(back.body.checks, { db: 'ok', redis: 'ok', storage: 'ok', workers: 1 });
+  t.same(back.body.checks, { db: 'ok', redis: 'ok', storage: 'ok', workers: 1, nodes: { local: 'ok' } });
 });

@@ -21,7 +21,7 @@ t.test('operations on real Redis with a worker process', async (t) => {
   let worker = await startWorkerProcess(host);
   t.teardown(() => killed(worker));
   const enqueue = (kind: string, payload: unknown, extra: { boxId?: string; attempts?: number } = {}) =>
-    host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload, resource: `/v1/test/${kind}`, ...extra }));
+    host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload }, { resource: `/v1/test/${kind}`, node: host.config.nodeId, ...extra }));
 
   t.test('lifecycle, progress, wait and 408', async (t) => {
     const op = await enqueue('test.slow', { dir, sleepMs: 1500, name: 'life' });

@@ -2,8 +2,9 @@ import type { Config } from '../core/config';
 import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
 import type { NetworkDriver, RuntimeDriver, StorageDriver } from './drivers';
+import type { BoxSteps } from './boxSteps';
 
-/** What job handlers get: the db and the host drivers, nothing else. */
+/** What the node side works with: the db, the host drivers, and the box steps made of them. */
 export interface WorkerContext {
   config: Config;
   db: Db;
@@ -11,6 +12,7 @@ export interface WorkerContext {
   storage: StorageDriver;
   runtime: RuntimeDriver;
   network: NetworkDriver;
+  boxes: BoxSteps;
   /** BullMQ's state of an operation's job (`waiting`, `active`, `failed` …) or `missing`. */
   jobState(operationId: string): Promise<string>;
 }

@@ -1,3 +1,8 @@
+import type { BaseRef, RootSource } from '../core/box';
+import type { ExecRequest, ExecResult } from '../cluster/types';
+
+export type { BaseRef, RootSource };
+
 /**
  * The narrow interfaces between job handlers and the host. One file per backend implements
  * each (workers/storage/zfs.ts, workers/runtime/runc.ts, workers/network/cni.ts). Every
@@ -12,24 +17,14 @@ export interface DriverLogger {
   warn(obj: object, msg?: string): void;
 }
 
-/** A base version as stored: `busybox` + `3f2a…`. */
-export interface BaseRef {
-  name: string;
-  version: string;
-}
-
-/** Where a new box root comes from. */
-export type RootSource =
-  | { kind: 'base'; base: BaseRef }
-  /** A fork: the source box's root at `snapshot` (a box snapshot name) or, when absent, as it is now. */
-  | { kind: 'box'; boxId: string; snapshot?: string };
-
 export interface StorageDriver {
   /** Makes sure the pool exists (a loop-file pool in the data dir when none is configured),
    *  and the layout datasets under it. */
   init(): Promise<void>;
   /** Throws when the pool is not usable. */
   health(): Promise<void>;
+  /** Bytes the pool can hold for boxes (used + available). */
+  capacityBytes(): Promise<number>;
 
   hasBase(base: BaseRef): Promise<boolean>;
   /** Creates a base dataset, lets `fill` write the root filesystem into the mounted directory,
@@ -102,30 +97,9 @@ export interface ContainerSpec {
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';
 
-export interface ExecOptions {
-  command: string[];
-  cwd?: string;
-  env?: Record<string, string>;
-  user?: string;
-  tty?: boolean;
-  /** Start and return at once (the process keeps running). */
-  detach?: boolean;
-  /** Kill the process after this long; exit code 124 then. */
-  timeoutMs?: number;
-  /** Bytes sent on stdin (non-detached only). */
-  stdin?: Buffer;
-}
-
-export interface ExecResult {
-  exitCode: number;
-  stdout: string;
-  stderr: string;
-  /** Host-side pid of the started process. */
-  pid: number;
-  detached: boolean;
-  /** True when stdout or stderr passed the output cap and was cut. */
-  truncated: boolean;
-}
+/** Exec options and result are the node protocol's own (`cluster/types.ts`). */
+export type ExecOptions = ExecRequest;
+export type { ExecResult };
 
 export interface RuntimeDriver {
   /** Writes the OCI bundle and starts the container detached (`runc run -d`). Idempotent:

@@ -1,8 +1,8 @@
 import { boxesRepo } from '../db/repos/boxes';
 import { operationsRepo } from '../db/repos/operations';
 import { projectsRepo } from '../db/repos/projects';
+import { repairFor } from '../core/box';
 import type { WorkerContext } from './context';
-import { startBox, stopBox } from './boxMachine';
 
 export interface ReconcileReport {
   lostOperations: string[];
@@ -13,8 +13,6 @@ export interface ReconcileReport {
   orphanRoots: string[];
   orphanNetworks: string[];
 }
-
-const TRANSITIONAL = new Set(['creating', 'stopping', 'resuming', 'restoring', 'deleting']);
 
 /**
  * Makes db rows, runc state and ZFS datasets agree again, at worker start. Operations whose
@@ -40,16 +38,16 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
 
   for (const box of boxes) {
     if ((await operationsRepo.unfinishedForBox(ctx.db, box.id)).length > 0) continue;
-    const state = await ctx.runtime.status(box.id);
+    const repair = repairFor(box.status, (await ctx.runtime.status(box.id)) === 'running');
     try {
-      if (box.status === 'running' && state !== 'running') {
+      if (repair === 'start') {
         if (!(await ctx.storage.hasBoxRoot(box.id))) throw new Error('its root dataset is gone');
-        await startBox(ctx, box);
+        await ctx.boxes.start(box);
         report.restarted.push(box.id);
-      } else if (box.status === 'stopped' && state === 'running') {
-        await stopBox(ctx, box);
+      } else if (repair === 'stop') {
+        await ctx.boxes.stop(box);
         report.stopped.push(box.id);
-      } else if (TRANSITIONAL.has(box.status)) {
+      } else if (repair === 'fail-interrupted') {
         throw new Error(`interrupted while ${box.status}: its operation was lost`);
       }
     } catch (e) {

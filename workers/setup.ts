@@ -23,7 +23,7 @@ export function createDrivers(config: Config, log: Logger): Drivers {
   };
 }
 
-/** What a worker does before taking jobs: pool, firewall, the default base, reconciliation. */
+/** What a node does before taking jobs: pool, firewall, the default base, reconciliation. */
 export async function prepareHost(ctx: WorkerContext): Promise<void> {
   await ctx.storage.init();
   await ctx.network.init();

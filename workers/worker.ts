@@ -1,8 +1,8 @@
 import { ConnectionOptions, DelayedError, Job, UnrecoverableError, Worker } from 'bullmq';
-import type { RedisOptions } from 'ioredis';
-import { isFinished, operationsRepo } from '../db/repos/operations';
-import { DEFAULT_ATTEMPTS, nodeQueueName } from '../jobs/queue';
-import type { JobContext, JobEnvelope, JobKind } from '../jobs/types';
+import IORedis, { RedisOptions } from 'ioredis';
+import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations';
+import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
+import type { JobContext, JobEnvelope, JobHandler } from '../jobs/types';
 import type { WorkerContext } from './context';
 
 export interface WorkerOptions {
@@ -23,8 +23,15 @@ const UNCOMMITTED_GIVE_UP_MS = 60_000;
  * The BullMQ worker: looks up the job's kind, keeps its operation row in step (queued →
  * running → succeeded | failed), and runs operations on one box in arrival order.
  */
-export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOptions): Worker {
-  const registry = new Map(kinds.map((k) => [k.kind, k]));
+export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: WorkerOptions): Worker {
+  const registry = new Map(handlers.map((h) => [h.type.kind, h]));
+  // Waiters in api processes wake when an operation's end is announced here.
+  const publisher = new IORedis({ ...opts.connection, maxRetriesPerRequest: 1 });
+  publisher.on('error', () => undefined);
+  const finish = async (id: string, patch: Partial<Pick<OperationRow, 'status' | 'progress' | 'error'>>) => {
+    await operationsRepo.update(ctx.db, id, patch);
+    await publisher.publish(operationsChannel(opts.prefix), id).catch(() => undefined);
+  };
 
   /** The context a handler runs with, for the attempt that is starting now. */
   const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
@@ -35,7 +42,8 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
       operationId,
       attempt,
       lastAttempt: attempt >= (job.opts.attempts ?? DEFAULT_ATTEMPTS),
-      host: ctx,
+      db: ctx.db,
+      node: ctx.boxes,
       log: ctx.log.child({ op: operationId, kind: job.name, attempt }),
       progress: async (percent: number) => {
         await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });
@@ -63,7 +71,7 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
       throw new DelayedError();
     }
 
-    const { value: payload, error } = kind.payload.validate(job.data.payload);
+    const { value: payload, error } = kind.type.schema.validate(job.data.payload);
     const jctx = jobContext(job, payload);
     const log = jctx.log;
     try {
@@ -71,7 +79,7 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
       await operationsRepo.update(ctx.db, operationId, { status: 'running' });
       log.info('operation running');
       await kind.run(jctx);
-      await operationsRepo.update(ctx.db, operationId, { status: 'succeeded', progress: 100, error: null });
+      await finish(operationId, { status: 'succeeded', progress: 100, error: null });
       log.info('operation succeeded');
     } catch (e) {
       const err = e as Error;
@@ -81,7 +89,7 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
         try {
           await kind.onFailed?.(jctx, err);
         } finally {
-          await operationsRepo.update(ctx.db, operationId, { status: 'failed', error: err.message });
+          await finish(operationId, { status: 'failed', error: err.message });
         }
       } else {
         await operationsRepo.update(ctx.db, operationId, { error: `retrying: ${err.message}` });
@@ -113,9 +121,10 @@ export function startWorker(ctx: WorkerContext, kinds: JobKind[], opts: WorkerOp
       try {
         await kind?.onFailed?.(jctx, err);
       } finally {
-        await operationsRepo.update(ctx.db, op.id, { status: 'failed', error: err.message });
+        await finish(op.id, { status: 'failed', error: err.message });
       }
     })().catch((e) => ctx.log.warn({ err: (e as Error).message }, 'recording a failed job'));
   });
+  worker.on('closed', () => publisher.disconnect());
   return worker;
 }

@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import type { OperationRow } from '../../db/repos/operations';
+import type { Accepted } from '../../domain/operations';
 import type { ApiContext } from '../context';
 import type { Reply } from './route';
 
@@ -13,19 +14,14 @@ export const operationHeaders = (op: OperationRow) => ({ Location: op.resource, 
  * answers the finished resource (200) — or 204 when the operation removed it — if it finishes
  * in time; otherwise the 202 as usual.
  */
-export async function acceptedReply(
-  api: ApiContext,
-  op: OperationRow,
-  load: () => Promise<unknown | null>,
-  waitSeconds?: number,
-): Promise<Reply> {
-  const headers = operationHeaders(op);
+export async function acceptedReply<T>(api: ApiContext, accepted: Accepted<T>, waitSeconds?: number): Promise<Reply> {
+  const headers = operationHeaders(accepted.operation);
   if (waitSeconds) {
-    const done = await api.queue.waitFor(op.id, waitSeconds * 1000);
+    const done = await api.queue.waitFor(accepted.operation.id, waitSeconds * 1000);
     if (done && (done.status === 'succeeded' || done.status === 'failed')) {
-      const resource = await load();
+      const resource = await accepted.load();
       return resource === null ? { status: 204, headers } : { status: 200, body: resource, headers };
     }
   }
-  return { status: 202, body: (await load()) ?? undefined, headers };
+  return { status: 202, body: (await accepted.load()) ?? undefined, headers };
 }

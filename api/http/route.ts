@@ -1,8 +1,8 @@
 import express, { NextFunction, Request, Response, Router } from 'express';
 import Joi from 'joi';
 import type { ApiContext, Identity } from '../context';
-import { authenticate } from '../services/tokens';
-import { forbidden, invalid, unauthenticated } from './errors';
+import { authenticate } from '../../domain/tokens';
+import { forbidden, invalid, unauthenticated } from '../../core/errors';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 

@@ -26,6 +26,10 @@ import deleteBox from './boxes/delete';
 import stopBox from './boxes/stop';
 import resumeBox from './boxes/resume';
 import execBox from './boxes/exec';
+import listNodes from './nodes/list';
+import getNode from './nodes/get';
+import updateNode from './nodes/update';
+import deleteNode from './nodes/delete';
 
 /** Every route of the api. The OpenAPI document is made from this list, so a route that is
  *  mounted is documented. */
@@ -37,6 +41,7 @@ export const routes: RouteDef[] = [
   getOperation, waitOperation,
   listProjects,
   createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
+  listNodes, getNode, updateNode, deleteNode,
 ];
 
 openapiDocument.current = buildOpenApi(routes, versionInfo().version);

@@ -1,18 +1,8 @@
 import type { Command } from 'commander';
+import type { AuthSettingsResponse } from '../../core/apiTypes';
 import { UsageError } from '../client';
 import { action, bool, defined, list } from '../context';
 import { formatList, printFields } from '../output';
-
-interface AuthSettingsResponse {
-  auth_redirect_uri: string;
-  auth_url: string;
-  configured: boolean;
-  idp_auth_client_url: string;
-  settings: { allow_all_idp_accounts: boolean; allowed_domains: string[]; allowed_emails: string[]; protect_system_domains: boolean };
-  cookie_domain?: string;
-  cloud_project?: string | null;
-  workspace_domain?: string | null;
-}
 
 function showSettings(s: AuthSettingsResponse): void {
   printFields([

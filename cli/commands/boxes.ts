@@ -1,31 +1,11 @@
 import type { Command } from 'commander';
+import type { Box, BoxList } from '../../core/apiTypes';
 import { apiPath, ApiResponse, UsageError } from '../client';
 import { action, Ctx, defined, int, keyValue, list, projectOption } from '../context';
 import { finishJob, JobLabel } from '../jobs';
 import { formatMap, formatTime, note, printFields, printTable } from '../output';
 
-export interface Box {
-  id: string;
-  name: string;
-  project: string;
-  status: string;
-  error?: string | null;
-  created_at: string;
-  updated_at: string;
-  base?: string | null;
-  fork?: string | null;
-  address?: string | null;
-  config?: { cpus?: number; ram_mb?: number; region?: string; storage_gb?: number } | null;
-  environment?: Record<string, string> | null;
-  tags?: Record<string, string> | null;
-  termination_grace_period_seconds?: number | null;
-}
-
-interface BoxList {
-  boxes: Box[];
-  has_more: boolean;
-  next_continuation_token: string | null;
-}
+export type { Box };
 
 export const showBox = (b: Box) =>
   printFields([
@@ -36,6 +16,7 @@ export const showBox = (b: Box) =>
     ['base', b.base],
     ['fork of', b.fork ?? undefined],
     ['address', b.address],
+    ['node', b.node],
     ['cpus', b.config?.cpus],
     ['ram', b.config?.ram_mb !== undefined ? `${b.config.ram_mb} MB` : undefined],
     ['storage', b.config?.storage_gb !== undefined ? `${b.config.storage_gb} GB` : undefined],

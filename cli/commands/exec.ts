@@ -1,16 +1,8 @@
 import type { Command } from 'commander';
+import type { ExecResult } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, keyValue, projectOption } from '../context';
 import { note, say } from '../output';
-
-interface ExecResult {
-  detached: boolean;
-  exit_code: number;
-  process: number;
-  stdout: string;
-  stderr: string;
-  truncated?: boolean;
-}
 
 interface ExecOptions {
   project?: string;

@@ -1,15 +1,8 @@
 import type { Command } from 'commander';
+import type { Grant } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
 import { action, defined, keyValue, list } from '../context';
 import { formatList, formatMap, formatTime, printFields, printTable, say } from '../output';
-
-interface Grant {
-  name: string;
-  permissions: Record<string, string>;
-  repositories: string[];
-  created_at: string;
-  updated_at: string;
-}
 
 const showGrant = (g: Grant) =>
   printFields([

@@ -1,18 +1,8 @@
 import type { Command } from 'commander';
+import type { Health, VersionInfo } from '../../core/apiTypes';
 import { clientVersion } from '../client';
 import { action } from '../context';
 import { printFields, say } from '../output';
-
-interface VersionInfo {
-  api_version: string;
-  version: string;
-  commit: string;
-}
-
-interface Health {
-  status: 'ok' | 'degraded';
-  checks: Record<string, string | number>;
-}
 
 export function register(program: Command): void {
   program
@@ -41,7 +31,10 @@ export function register(program: Command): void {
         const res = await ctx.client.get<Health>('/healthz', { accept: [503] });
         ctx.show(res.body, (h) => {
           say(`status: ${h.status}`);
-          for (const [k, v] of Object.entries(h.checks ?? {})) say(`  ${k}: ${v}`);
+          for (const [k, v] of Object.entries(h.checks ?? {})) {
+            if (v && typeof v === 'object') for (const [n, s] of Object.entries(v)) say(`  ${k.replace(/s$/, '')} ${n}: ${s}`);
+            else say(`  ${k}: ${v}`);
+          }
         });
         if (res.status !== 200) ctx.exit(1);
       }),

@@ -1,12 +1,7 @@
 import type { Command } from 'commander';
+import type { Project } from '../../core/apiTypes';
 import { action } from '../context';
 import { formatTime, printTable } from '../output';
-
-interface Project {
-  name: string;
-  created_at: string;
-  box_count: number;
-}
 
 export function register(program: Command): void {
   program

@@ -1,11 +1,9 @@
 import type { Command } from 'commander';
-import type { Token as ApiToken } from '../../db/repos/tokens';
+import type { Token } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, list } from '../context';
 import { formatList, formatTime, printTable, say } from '../output';
 
-/** The API's token record; only the create answer carries `token`, the secret. */
-type Token = ApiToken & { token?: string };
 
 export function register(program: Command): void {
   const tokens = program.command('token').description('API tokens');

@@ -1,9 +1,9 @@
 import type { Db } from '../knex';
 import { fromJson, toJson } from '../json';
 import { now } from '../../core/ids';
+import type { BoxStatus } from '../../core/box';
 
-/** Box `status` values (DESIGN.md §3). */
-export type BoxStatus = 'creating' | 'running' | 'stopping' | 'stopped' | 'resuming' | 'restoring' | 'deleting' | 'failed';
+export type { BoxStatus };
 
 export interface BoxConfig {
   cpus: number;

@@ -10,6 +10,10 @@ export interface OperationRow {
   status: OperationStatus;
   resource: string;
   box_id: string | null;
+  /** The project whose tokens may read it (null: host-wide, unlimited tokens only). */
+  project: string | null;
+  /** The node whose queue holds its job. */
+  node: string | null;
   progress: number | null;
   error: string | null;
   payload: string;

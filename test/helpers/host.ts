@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -5,7 +6,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { Test } from 'tap';
 import { loadConfig, Config } from '../../core/config';
-import { startHost, Host, HostOptions } from '../../core/host';
+import { startHost, Host, HostOptions } from '../../server/host';
 import { cleanupHost } from './cleanup';
 
 export interface TestHost extends Host {
@@ -41,7 +42,16 @@ export const testSubnet = () => `10.${100 + Math.floor(Math.random() * 100)}.0.0
 
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig(
-    { BOXHOST_DATA_DIR: testDataDir(), BOXHOST_PORT: '0', LOG_LEVEL: 'warn', BOXHOST_BOX_SUBNET: testSubnet(), BOXHOST_POOL_SIZE_GB: '8', ...env },
+    {
+      BOXHOST_DATA_DIR: testDataDir(),
+      BOXHOST_PORT: '0',
+      BOXHOST_AGENT_PORT: '0',
+      BOXHOST_CLUSTER_SECRET: `test-secret-${crypto.randomBytes(12).toString('hex')}`,
+      LOG_LEVEL: 'warn',
+      BOXHOST_BOX_SUBNET: testSubnet(),
+      BOXHOST_POOL_SIZE_GB: '8',
+      ...env,
+    },
     { readDotenv: false },
   );
 }
@@ -80,7 +90,7 @@ export async function startTestHost(t: Test, env: Record<string, string> = {}, o
     },
   });
   const log = pino({ level: 'info' }, sink);
-  const host = await startHost(config, { roles: ['api', 'worker'], log, ...opts });
+  const host = await startHost(config, { roles: ['api', 'node'], log, ...opts });
   t.teardown(async () => {
     await host.close();
     await cleanupHost(config);

@@ -8,6 +8,8 @@ export function startWorkerProcess(host: TestHost): Promise<ChildProcess> {
     BOXHOST_DATA_DIR: host.config.dataDir,
     BOXHOST_BOX_SUBNET: host.config.boxSubnet,
     BOXHOST_POOL_SIZE_GB: String(host.config.poolSizeGb),
+    BOXHOST_CLUSTER_SECRET: host.config.clusterSecret,
+    BOXHOST_AGENT_PORT: '0',
     LOG_LEVEL: 'warn',
   };
   const child = spawn(process.execPath, [require.resolve('../fixtures/worker')], { env, stdio: ['ignore', 'pipe', 'inherit'] });

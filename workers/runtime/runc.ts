@@ -8,6 +8,9 @@ import type { Readable, Writable } from 'node:stream';
 import { CommandError, run, sleep } from '../../core/command';
 import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecResult, RuntimeDriver } from '../drivers';
 import { BOX_BUSYBOX, buildOciSpec, validateEnvironment } from './ociSpec';
+import { BoxNotRunningError, ExecInputError } from '../errors';
+
+export { BoxNotRunningError, ExecInputError };
 
 /** Each of stdout and stderr of an exec is kept up to this many bytes; the rest is dropped. */
 export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
@@ -16,20 +19,6 @@ export const RUNC_BIN = '/usr/sbin/runc';
 export const TINI_BIN = '/usr/bin/tini-static';
 export const BUSYBOX_BIN = '/usr/bin/busybox';
 export const SCRIPT_BIN = '/usr/bin/script';
-
-/** The caller asked for something the box cannot do (bad cwd, unknown user, …): HTTP 400. */
-export class ExecInputError extends Error {
-  override name = 'ExecInputError';
-  /** The exec option at fault: command, cwd, env, user or timeout. */
-  constructor(message: string, readonly field: 'command' | 'cwd' | 'env' | 'user' | 'timeout' = 'command') {
-    super(message);
-  }
-}
-
-/** The container does not exist or is not running (exec into it is impossible): HTTP 409. */
-export class BoxNotRunningError extends Error {
-  override name = 'BoxNotRunningError';
-}
 
 export interface RuncRuntimeOptions {
   dataDir: string;

@@ -140,6 +140,12 @@ export class ZfsStorage implements StorageDriver {
     if ((await this.prop(this.root, 'mounted')) !== 'yes') throw new Error(`dataset ${this.root} is not mounted`);
   }
 
+  /** What the pool can hold for boxhost: used + available of its root dataset. */
+  async capacityBytes(): Promise<number> {
+    const p = (await this.props([this.root], ['used', 'available'])).get(this.root);
+    return Number(p?.get('used') ?? 0) + Number(p?.get('available') ?? 0);
+  }
+
   /** Destroys the loop-file pool this driver made and removes its image (tests, cleanup).
    *  Refuses a configured pool. */
   async destroyPool(): Promise<void> {

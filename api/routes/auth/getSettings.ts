@@ -1,5 +1,5 @@
 import { defineRoute } from '../../http/route';
-import { getAuthSettings } from '../../services/authSettings';
+import { getAuthSettings } from '../../../domain/authSettings';
 import { authSettingsResponse } from './schemas';
 
 export default defineRoute({

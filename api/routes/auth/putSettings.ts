@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { AuthSettingsUpdate, updateAuthSettings } from '../../services/authSettings';
+import { AuthSettingsUpdate, updateAuthSettings } from '../../../domain/authSettings';
 import { authSettingsResponse } from './schemas';
 
 const domain = Joi.string().hostname().lowercase();

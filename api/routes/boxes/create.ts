@@ -1,8 +1,8 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name, stringMap } from '../../http/schemas';
-import { waitQuery } from '../../http/operation';
-import { createBox, CreateBoxRequest } from '../../services/boxes';
+import { acceptedReply, waitQuery } from '../../http/operation';
+import { createBox, CreateBoxRequest } from '../../../domain/boxes';
 import { acceptedResponses, configSchema, mountPath, projectParams } from './schemas';
 
 export default defineRoute<CreateBoxRequest, { wait?: number }, { project: string }>({
@@ -25,5 +25,5 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     tags: stringMap().allow(null),
   }),
   responses: { ...acceptedResponses, 409: { description: 'the name is taken' } },
-  handler: async ({ api, identity, params, body, query }) => createBox(api, identity, params.project, body, query.wait),
+  handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBox(api, identity, params.project, body), query.wait),
 });

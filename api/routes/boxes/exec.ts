@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { stringMap } from '../../http/schemas';
-import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS } from '../../services/exec';
+import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS } from '../../../domain/exec';
 import { boxParams, BoxParams } from './schemas';
 
 export default defineRoute<ExecRequest, unknown, BoxParams>({

@@ -1,5 +1,5 @@
 import { defineRoute } from '../../http/route';
-import { getBox } from '../../services/boxes';
+import { getBox } from '../../../domain/boxes';
 import { boxParams, BoxParams, boxSchema } from './schemas';
 
 export default defineRoute<unknown, unknown, BoxParams>({

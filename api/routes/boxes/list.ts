@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { NAME_PATTERN } from '../../http/schemas';
-import { listBoxes, ListBoxesQuery, MAX_PAGE } from '../../services/boxList';
+import { listBoxes, ListBoxesQuery, MAX_PAGE } from '../../../domain/boxList';
 import { boxSchema } from './schemas';
 
 export default defineRoute<unknown, ListBoxesQuery, { project: string }>({

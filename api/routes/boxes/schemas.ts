@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import { name, projectParam, stringMap, timestamp } from '../../http/schemas';
+import { BOX_STATUSES } from '../../../core/box';
 
 export const projectParams = Joi.object({ project: projectParam.required() });
 export const boxParams = Joi.object({ project: projectParam.required(), name: name().required() });
@@ -36,7 +37,7 @@ export const boxSchema = Joi.object({
   id: Joi.string().required(),
   name: Joi.string().required(),
   project: Joi.string().required(),
-  status: Joi.string().valid('creating', 'running', 'stopping', 'stopped', 'resuming', 'restoring', 'deleting', 'failed').required(),
+  status: Joi.string().valid(...BOX_STATUSES).required(),
   error: Joi.string().allow(null),
   created_at: timestamp().required(),
   updated_at: timestamp().required(),
@@ -54,6 +55,7 @@ export const boxSchema = Joi.object({
   termination_grace_period_seconds: Joi.number().integer().min(0).allow(null),
   url_settings: Joi.object({ auth: Joi.string() }).allow(null),
   address: Joi.string().allow(null),
+  node: Joi.string().description('the node that holds the box'),
 }).label('Box');
 
 export const acceptedResponses = {

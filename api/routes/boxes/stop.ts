@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { waitQuery } from '../../http/operation';
-import { changeBoxState } from '../../services/boxes';
+import { acceptedReply, waitQuery } from '../../http/operation';
+import { changeBoxState } from '../../../domain/boxes';
 import { acceptedResponses, boxParams, BoxParams } from './schemas';
 
 export default defineRoute<unknown, { wait?: number }, BoxParams>({
@@ -12,5 +12,5 @@ export default defineRoute<unknown, { wait?: number }, BoxParams>({
   params: boxParams,
   query: Joi.object(waitQuery),
   responses: acceptedResponses,
-  handler: async ({ api, identity, params, query }) => changeBoxState(api, identity, params.project, params.name, 'stop', query.wait),
+  handler: async ({ api, identity, params, query }) => acceptedReply(api, await changeBoxState(api, identity, params.project, params.name, 'stop'), query.wait),
 });

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { stringMap } from '../../http/schemas';
-import { updateBox, UpdateBoxRequest } from '../../services/boxes';
+import { updateBox, UpdateBoxRequest } from '../../../domain/boxes';
 import { boxParams, BoxParams, boxSchema, configSchema } from './schemas';
 
 export default defineRoute<UpdateBoxRequest, unknown, BoxParams>({

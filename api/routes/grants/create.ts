@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name } from '../../http/schemas';
-import { createGrant, GrantInput } from '../../services/grants';
+import { createGrant, GrantInput } from '../../../domain/grants';
 import { grantSchema, permissions, repositories } from './schemas';
 
 export default defineRoute<GrantInput>({

@@ -1,5 +1,5 @@
 import { defineRoute } from '../../http/route';
-import { deleteGrant } from '../../services/grants';
+import { deleteGrant } from '../../../domain/grants';
 import { grantParams } from './schemas';
 
 export default defineRoute<unknown, unknown, { name: string }>({

@@ -1,5 +1,5 @@
 import { defineRoute } from '../../http/route';
-import { getGrant } from '../../services/grants';
+import { getGrant } from '../../../domain/grants';
 import { grantParams, grantSchema } from './schemas';
 
 export default defineRoute<unknown, unknown, { name: string }>({

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { listGrants } from '../../services/grants';
+import { listGrants } from '../../../domain/grants';
 import { grantSchema } from './schemas';
 
 export default defineRoute({

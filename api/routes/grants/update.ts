@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { updateGrant, GrantInput } from '../../services/grants';
+import { updateGrant, GrantInput } from '../../../domain/grants';
 import { grantParams, grantSchema, permissions, repositories } from './schemas';
 
 export default defineRoute<Partial<Omit<GrantInput, 'name'>>, unknown, { name: string }>({

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { checkHealth } from '../../services/health';
+import { checkHealth } from '../../../domain/health';
 
 export default defineRoute({
   method: 'get',

@@ -1,5 +1,5 @@
 import { defineRoute } from '../../http/route';
-import { getOperation } from '../../services/operations';
+import { getOperation } from '../../../domain/operations';
 import { operationParams, operationSchema } from './schemas';
 
 export default defineRoute<unknown, unknown, { id: string }>({

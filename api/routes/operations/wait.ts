@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { waitOperation } from '../../services/operations';
+import { waitOperation } from '../../../domain/operations';
 import { operationParams, operationSchema } from './schemas';
 
 export default defineRoute<unknown, { timeout: number }, { id: string }>({

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name } from '../../http/schemas';
-import { createToken, CreateTokenRequest } from '../../services/tokens';
+import { createToken, CreateTokenRequest } from '../../../domain/tokens';
 import { tokenSchema } from './schemas';
 
 export default defineRoute<CreateTokenRequest>({

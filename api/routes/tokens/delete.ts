@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { deleteToken } from '../../services/tokens';
+import { deleteToken } from '../../../domain/tokens';
 
 export default defineRoute<unknown, unknown, { id: string }>({
   method: 'delete',

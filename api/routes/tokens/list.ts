@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { listTokens } from '../../services/tokens';
+import { listTokens } from '../../../domain/tokens';
 import { tokenSchema } from './schemas';
 
 export default defineRoute({

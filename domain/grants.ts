@@ -1,8 +1,8 @@
-import type { Db } from '../../db/knex';
-import { Grant, grantsRepo, toGrant } from '../../db/repos/grants';
-import { now } from '../../core/ids';
-import { isUniqueViolation } from '../../db/errors';
-import { conflict, notFound } from '../http/errors';
+import type { Db } from '../db/knex';
+import { Grant, grantsRepo, toGrant } from '../db/repos/grants';
+import { now } from '../core/ids';
+import { isUniqueViolation } from '../db/errors';
+import { conflict, notFound } from '../core/errors';
 
 export interface GrantInput {
   name: string;

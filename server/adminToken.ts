@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Config } from './config';
-import { newSecret } from '../api/services/tokens';
+import type { Config } from '../core/config';
+import { newSecret } from '../domain/tokens';
 
 export const adminTokenFile = (config: Config) => path.join(config.dataDir, 'admin-token');
 

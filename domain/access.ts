@@ -1,5 +1,5 @@
-import type { Identity } from '../context';
-import { notFound } from '../http/errors';
+import type { Identity } from './context';
+import { notFound } from '../core/errors';
 
 export const canSeeProject = (identity: Identity, project: string) =>
   identity.projects === null || identity.projects.includes(project);

@@ -1,7 +1,9 @@
-import type { ApiContext, Identity } from '../context';
-import { boxesRepo, BoxRecord, ListCursor } from '../../db/repos/boxes';
-import { invalidField } from '../http/errors';
-import { toApiBox } from './boxes';
+import type { DomainContext, Identity } from './context';
+import { boxesRepo, BoxRecord, ListCursor } from '../db/repos/boxes';
+import { invalidField } from '../core/errors';
+import type { BoxList } from '../core/apiTypes';
+import { showBoxes } from './boxes';
+import { assertProject } from './access';
 
 export const DEFAULT_PAGE = 100;
 export const MAX_PAGE = 1000;
@@ -41,18 +43,22 @@ function tagMatcher(spec?: string) {
  * A page of boxes in (project, name) order. The continuation token is the last key returned,
  * so pages stay stable while boxes are added or removed elsewhere in the order.
  */
-export async function listBoxes(api: ApiContext, identity: Identity, project: string, q: ListBoxesQuery) {
+export async function listBoxes(ctx: DomainContext, identity: Identity, project: string, q: ListBoxesQuery): Promise<BoxList> {
   const limit = q.max_results || DEFAULT_PAGE;
   let projects: string[] | null;
   if (project === '-') projects = identity.projects;
-  else projects = identity.projects === null || identity.projects.includes(project) ? [project] : [];
+  else {
+    // A project-limited token gets 404 for a project it may not see (DESIGN.md §6).
+    assertProject(identity, project, `project ${project}`);
+    projects = [project];
+  }
   const matches = tagMatcher(q.tag);
   let after = q.continuation_token ? decodeCursor(q.continuation_token) : undefined;
   const found: BoxRecord[] = [];
   if (projects === null || projects.length > 0) {
     // One extra match tells whether another page exists.
     while (found.length <= limit) {
-      const chunk = await boxesRepo.page(api.db, { projects, prefix: q.prefix, after, limit: SCAN_CHUNK });
+      const chunk = await boxesRepo.page(ctx.db, { projects, prefix: q.prefix, after, limit: SCAN_CHUNK });
       for (const b of chunk) if (matches(b)) found.push(b);
       if (chunk.length < SCAN_CHUNK) break;
       after = chunk[chunk.length - 1];
@@ -62,7 +68,7 @@ export async function listBoxes(api: ApiContext, identity: Identity, project: st
   const hasMore = found.length > limit;
   const last = page[page.length - 1];
   return {
-    boxes: page.map(toApiBox),
+    boxes: await showBoxes(ctx, page),
     has_more: hasMore,
     next_continuation_token: hasMore ? encodeCursor(last) : null,
   };

@@ -1,9 +1,9 @@
 import crypto from 'node:crypto';
-import type { Db } from '../../db/knex';
-import { Token, toToken, tokensRepo } from '../../db/repos/tokens';
-import { newId, now, sha256 } from '../../core/ids';
-import type { Identity } from '../context';
-import { conflict, notFound, forbidden } from '../http/errors';
+import type { Db } from '../db/knex';
+import { Token, toToken, tokensRepo } from '../db/repos/tokens';
+import { newId, now, sha256 } from '../core/ids';
+import type { Identity } from './context';
+import { conflict, notFound, forbidden } from '../core/errors';
 
 export const ADMIN_TOKEN_ID = 'tok_admin';
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env node
-import { ConfigError, loadConfig } from './config';
+import { ConfigError, loadConfig } from '../core/config';
 import { startHost, Role } from './host';
 
-/** `node dist/core/main.js [api|worker]`: both parts by default (`npm start`). */
+const ROLES: Role[] = ['api', 'node', 'worker'];
+
+/** `node dist/server/main.js [api|node|worker]`: api and node together by default (`npm start`). */
 async function main() {
   const arg = process.argv[2];
-  if (arg && arg !== 'api' && arg !== 'worker') {
-    process.stderr.write(`usage: boxhost [api|worker]\n`);
+  if (arg && !ROLES.includes(arg as Role)) {
+    process.stderr.write(`usage: boxhost [${ROLES.join('|')}]\n`);
     process.exit(2);
   }
-  let config;
+  const roles: Role[] = arg ? [arg as Role] : ['api', 'node'];
+  let host;
   try {
-    config = loadConfig();
+    host = await startHost(loadConfig(), { roles });
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`boxhost: ${e.message}\n`);
@@ -19,8 +22,6 @@ async function main() {
     }
     throw e;
   }
-  const roles: Role[] = arg ? [arg as Role] : ['api', 'worker'];
-  const host = await startHost(config, { roles });
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;

@@ -1,6 +1,6 @@
-import type { Config } from '../../core/config';
-import type { Db } from '../../db/knex';
-import { settingsRepo } from '../../db/repos/settings';
+import type { Config } from '../core/config';
+import type { Db } from '../db/knex';
+import { settingsRepo } from '../db/repos/settings';
 
 export interface AuthSettings {
   allow_all_idp_accounts: boolean;

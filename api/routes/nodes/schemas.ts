@@ -1,0 +1,24 @@
+import Joi from 'joi';
+import { timestamp } from '../../http/schemas';
+
+export const nodeParams = Joi.object({ id: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).required() });
+
+const counts = Joi.object({ cpus: Joi.number().integer(), ram_mb: Joi.number().integer(), disk_gb: Joi.number().integer() });
+
+export const nodeSchema = Joi.object({
+  id: Joi.string().required(),
+  name: Joi.string().required(),
+  region: Joi.string().required(),
+  state: Joi.string().valid('active', 'draining').required().description('active takes new boxes; draining keeps its boxes and takes none'),
+  status: Joi.string().valid('up', 'down').required().description('up while its heartbeat is fresh'),
+  reason: Joi.string().allow(null).required().description('why it is down'),
+  agent_url: Joi.string().allow(null).required(),
+  version: Joi.string().required(),
+  storage: Joi.string().required().description('"ok" or why its storage failed its last check'),
+  started_at: timestamp().required(),
+  heartbeat_at: timestamp().allow(null).required(),
+  capacity: counts.required(),
+  committed: counts.keys({ boxes: Joi.number().integer() }).required(),
+  created_at: timestamp().required(),
+  updated_at: timestamp().required(),
+}).label('Node');

@@ -1,0 +1,121 @@
+import http from 'node:http';
+import https from 'node:https';
+import type Joi from 'joi';
+import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient, NodeHealth } from './types';
+import {
+  AGENT_ERROR_CODES, agentPaths, errorBodySchema, execResultSchema, healthSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
+} from './protocol';
+
+/** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
+const EXEC_MARGIN_MS = 30_000;
+const CALL_TIMEOUT_MS = 30_000;
+
+const agents = { http: new http.Agent({ keepAlive: true, maxSockets: 256 }), https: new https.Agent({ keepAlive: true, maxSockets: 256 }) };
+
+/**
+ * A node reached through its agent's HTTP endpoint. Connections are kept alive (an exec costs
+ * one round trip), answers are size-capped and schema-checked, and a node that cannot be
+ * reached is `unavailable` (503) with why.
+ */
+export class HttpNodeClient implements NodeClient {
+  private readonly base: URL;
+  readonly agentUrl: string;
+
+  constructor(
+    readonly nodeId: string,
+    agentUrl: string,
+    private readonly secret: string,
+  ) {
+    this.agentUrl = agentUrl;
+    this.base = new URL(agentUrl);
+  }
+
+  async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
+    const body = { ...req, stdin: req.stdin?.toString('base64') };
+    const timeout = (req.detach ? 0 : (req.timeoutMs ?? 0)) + EXEC_MARGIN_MS;
+    return this.call<ExecResult>('POST', agentPaths.exec(boxId), body, timeout, execResultSchema);
+  }
+
+  async updateLimits(boxId: string, limits: BoxLimits): Promise<void> {
+    await this.call('POST', agentPaths.limits(boxId), limits, CALL_TIMEOUT_MS);
+  }
+
+  async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
+    return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPaths.snapshots(boxId), undefined, CALL_TIMEOUT_MS, snapshotsSchema)).snapshots;
+  }
+
+  async health(): Promise<NodeHealth> {
+    return this.call<NodeHealth>('GET', agentPaths.health, undefined, 5000, healthSchema);
+  }
+
+  private call<T>(method: string, path: string, body: unknown, timeoutMs: number, schema?: Joi.Schema): Promise<T> {
+    const url = new URL(path, this.base);
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const mod = url.protocol === 'https:' ? https : http;
+    return new Promise<T>((resolve, reject) => {
+      const req = mod.request(
+        url,
+        {
+          method,
+          agent: url.protocol === 'https:' ? agents.https : agents.http,
+          headers: {
+            authorization: `Bearer ${this.secret}`,
+            ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
+          },
+          timeout: timeoutMs,
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (b: Buffer) => {
+            size += b.length;
+            if (size > MAX_AGENT_ANSWER_BYTES) {
+              res.destroy();
+              reject(unavailable(`node ${this.nodeId} answered more than ${MAX_AGENT_ANSWER_BYTES} bytes`));
+              return;
+            }
+            chunks.push(b);
+          });
+          res.on('error', (e) => reject(this.unreachable(e)));
+          res.on('end', () => {
+            if (size > MAX_AGENT_ANSWER_BYTES) return;
+            const status = res.statusCode ?? 0;
+            if (status === 204) return resolve(undefined as T);
+            let parsed: unknown;
+            try {
+              parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+            } catch {
+              return reject(unavailable(`node ${this.nodeId} answered ${status} without a JSON body`));
+            }
+            if (status >= 200 && status < 300) {
+              if (!schema) return resolve(parsed as T);
+              const { value, error } = schema.validate(parsed, { stripUnknown: true });
+              return error ? reject(unavailable(`node ${this.nodeId} answered a malformed body: ${error.message}`)) : resolve(value as T);
+            }
+            reject(this.agentError(status, parsed));
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })));
+      req.on('error', (e) => reject(this.unreachable(e)));
+      req.end(payload);
+    });
+  }
+
+  /** The agent's own error body, re-raised as the same contract error (codes whitelisted). */
+  private agentError(status: number, body: unknown): BoxhostError {
+    const { value, error } = errorBodySchema.validate(body, { stripUnknown: true });
+    if (error) return unavailable(`node ${this.nodeId} answered ${status}`);
+    const e = value.error as { code: string; message: string; details?: { field: string; issue: string }[] };
+    if (e.code === 'unauthenticated') return unavailable(`node ${this.nodeId} refused the cluster secret`);
+    const code = (AGENT_ERROR_CODES as string[]).includes(e.code) ? (e.code as ErrorCode) : 'internal';
+    return new BoxhostError(code, e.message, e.details ?? []);
+  }
+
+  private unreachable(e: Error): BoxhostError {
+    const code = (e as NodeJS.ErrnoException).code;
+    const why = code === 'ECONNREFUSED' ? 'connection refused' : code === 'ETIMEDOUT' ? e.message : code === 'ECONNRESET' ? 'connection reset' : e.message;
+    return unavailable(`node ${this.nodeId} is not answering: ${why}`);
+  }
+}

@@ -1,0 +1,177 @@
+/**
+ * The shapes the HTTP API answers (the spec's tables plus DESIGN.md §6), in one module that the
+ * server builds its answers with and the `box` client reads them with. Types only: nothing
+ * here runs.
+ */
+import type { ShownBoxStatus } from './box';
+
+export interface ErrorDetail {
+  field: string;
+  issue: string;
+}
+
+export interface ErrorBody {
+  error: { code: string; message: string; details: ErrorDetail[] };
+}
+
+export interface BoxConfig {
+  cpus: number;
+  ram_mb: number;
+  region: string;
+  storage_gb: number;
+}
+
+export interface DataMount {
+  name: string;
+  path: string;
+  read_only: boolean;
+  ownership?: { kind: string };
+}
+
+export interface Publish {
+  name: string;
+  host: string;
+  port: number;
+  public: boolean;
+  url: string;
+  warning?: string;
+}
+
+export interface Box {
+  id: string;
+  name: string;
+  project: string;
+  status: ShownBoxStatus;
+  /** Why the box is `failed`, or why its state is `unknown` (its node is not answering). */
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+  base: string | null;
+  fork: string | null;
+  config: BoxConfig | null;
+  data_mounts: DataMount[] | null;
+  environment: Record<string, string> | null;
+  lifecycle: string | null;
+  pack: string | null;
+  pack_rev: string | null;
+  publishes: Publish[] | null;
+  rollback_to: string | null;
+  tags: Record<string, string> | null;
+  termination_grace_period_seconds: number | null;
+  url_settings: { auth: string } | null;
+  /** The box's IPv4 address on its project bridge. */
+  address: string | null;
+  /** The node that holds the box. */
+  node: string;
+}
+
+export interface BoxList {
+  boxes: Box[];
+  has_more: boolean;
+  next_continuation_token: string | null;
+}
+
+export type OperationStatus = 'queued' | 'running' | 'succeeded' | 'failed';
+
+export interface Operation {
+  id: string;
+  kind: string;
+  status: OperationStatus;
+  resource: string;
+  progress: number | null;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ExecResult {
+  detached: boolean;
+  exit_code: number;
+  process: number;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+}
+
+export interface Project {
+  name: string;
+  created_at: string;
+  box_count: number;
+}
+
+export interface Token {
+  id: string;
+  name: string;
+  projects: string[] | null;
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+  /** Only in the create answer: the secret. */
+  token?: string;
+}
+
+export interface Grant {
+  name: string;
+  permissions: Record<string, string>;
+  repositories: string[];
+  created_at: string;
+  updated_at: string;
+}
+
+export interface AuthSettings {
+  allow_all_idp_accounts: boolean;
+  allowed_domains: string[];
+  allowed_emails: string[];
+  protect_system_domains: boolean;
+}
+
+export interface AuthSettingsResponse {
+  auth_redirect_uri: string;
+  auth_url: string;
+  configured: boolean;
+  idp_auth_client_url: string;
+  settings: AuthSettings;
+  cookie_domain?: string;
+  cloud_project?: string | null;
+  workspace_domain?: string | null;
+}
+
+export interface VersionInfo {
+  api_version: string;
+  version: string;
+  commit: string;
+}
+
+export interface Health {
+  status: 'ok' | 'degraded';
+  checks: { db: string; redis: string; storage: string; workers: number; nodes: Record<string, string> };
+}
+
+export interface ResourceCounts {
+  cpus: number;
+  ram_mb: number;
+  disk_gb: number;
+}
+
+/** A machine that holds boxes (docs/nodes.md). */
+export interface Node {
+  id: string;
+  name: string;
+  region: string;
+  /** `active` takes new boxes; `draining` keeps its boxes and takes no new ones. */
+  state: 'active' | 'draining';
+  /** `up` while its heartbeat is fresh (or it runs in the api's own process). */
+  status: 'up' | 'down';
+  /** Why it is down (null when up). */
+  reason: string | null;
+  agent_url: string | null;
+  version: string;
+  /** "ok", or why its storage failed its last check. */
+  storage: string;
+  started_at: string;
+  heartbeat_at: string | null;
+  capacity: ResourceCounts;
+  committed: ResourceCounts & { boxes: number };
+  created_at: string;
+  updated_at: string;
+}

@@ -1,0 +1,84 @@
+/**
+ * The box state machine (DESIGN.md §3 "State values"): which action is allowed from which
+ * status, what the box shows while the action runs, and where it ends. The api (checking a
+ * request), the jobs (moving the box) and reconciliation (judging what it finds) all read it
+ * from here, so there is one answer to "may this happen now?".
+ */
+
+/** Box `status` values. `unknown` is never stored: a read shows it while the box's node is
+ *  not answering (DESIGN.md says nothing of lost nodes; docs/decisions.md "Nodes"). */
+export type BoxStatus = 'creating' | 'running' | 'stopping' | 'stopped' | 'resuming' | 'restoring' | 'deleting' | 'failed';
+export type ShownBoxStatus = BoxStatus | 'unknown';
+
+export const BOX_STATUSES: readonly ShownBoxStatus[] = ['creating', 'running', 'stopping', 'stopped', 'resuming', 'restoring', 'deleting', 'failed', 'unknown'];
+
+/** The job-backed actions on one box. */
+export type BoxAction = 'create' | 'stop' | 'resume' | 'delete';
+
+export interface Transition {
+  /** Statuses (as projected after the operations already queued) the action is allowed from. */
+  from: readonly BoxStatus[];
+  /** Shown while the action runs. */
+  during: BoxStatus;
+  /** Where a successful action leaves the box; `gone` removes it. */
+  after: BoxStatus | 'gone';
+}
+
+export const TRANSITIONS: Record<BoxAction, Transition> = {
+  create: { from: [], during: 'creating', after: 'running' },
+  stop: { from: ['running'], during: 'stopping', after: 'stopped' },
+  resume: { from: ['stopped'], during: 'resuming', after: 'running' },
+  delete: { from: ['running', 'stopped', 'failed'], during: 'deleting', after: 'gone' },
+};
+
+/** Statuses that only an operation in flight may hold. */
+export const TRANSITIONAL: ReadonlySet<BoxStatus> = new Set(['creating', 'stopping', 'resuming', 'restoring', 'deleting']);
+
+/**
+ * The status a box will have once the given unfinished actions have run, in order. After a
+ * queued delete nothing else makes sense: it answers `deleting`, which every check refuses.
+ */
+export function projectedStatus(current: BoxStatus, pending: readonly BoxAction[]): BoxStatus {
+  let status: BoxStatus | 'gone' = current;
+  for (const a of pending) status = TRANSITIONS[a].after;
+  return status === 'gone' ? 'deleting' : status;
+}
+
+/** Whether `action` may be queued behind `pending` on a box now `current`. */
+export const allowed = (action: BoxAction, current: BoxStatus, pending: readonly BoxAction[]) =>
+  TRANSITIONS[action].from.includes(projectedStatus(current, pending));
+
+/** Exec, live limits and snapshots of the root need a box that runs now. */
+export const canExec = (status: BoxStatus) => status === 'running';
+
+/** A fork clones a root that exists and is not being made or removed. */
+export const canFork = (status: BoxStatus) => status === 'running' || status === 'stopped';
+
+/** Tags, grace and limits can change on anything but a box on its way out. */
+export const canUpdate = (status: BoxStatus) => status !== 'deleting';
+
+/**
+ * What reconciliation does with a box that has no operation in flight, given what the node's
+ * runtime says of its container. The row is the truth: a box marked running whose container is
+ * gone is started again; a stopped one whose container runs is stopped; a transitional status
+ * with nothing behind it is an interrupted operation.
+ */
+export type Repair = 'none' | 'start' | 'stop' | 'fail-interrupted';
+export function repairFor(status: BoxStatus, containerRunning: boolean): Repair {
+  if (status === 'running' && !containerRunning) return 'start';
+  if (status === 'stopped' && containerRunning) return 'stop';
+  if (TRANSITIONAL.has(status)) return 'fail-interrupted';
+  return 'none';
+}
+
+/** A base version as stored: `busybox` + `3f2a…`. */
+export interface BaseRef {
+  name: string;
+  version: string;
+}
+
+/** Where a new box root comes from. */
+export type RootSource =
+  | { kind: 'base'; base: BaseRef }
+  /** A fork: the source box's root at `snapshot` (a box snapshot name) or, when absent, as it is now. */
+  | { kind: 'box'; boxId: string; snapshot?: string };

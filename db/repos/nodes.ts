@@ -1,0 +1,65 @@
+import type { Db } from '../knex';
+import { now } from '../../core/ids';
+
+export type NodeState = 'active' | 'draining';
+
+export interface NodeRow {
+  id: string;
+  name: string;
+  region: string;
+  agent_url: string | null;
+  state: NodeState;
+  cpus: number;
+  ram_mb: number;
+  disk_gb: number;
+  version: string;
+  started_at: string;
+  heartbeat_at: string | null;
+  storage: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** What the boxes placed on a node have been promised (every box row counts, stopped ones
+ *  too: a resume must find its room). */
+export interface Committed {
+  cpus: number;
+  ram_mb: number;
+  disk_gb: number;
+  boxes: number;
+}
+
+export type NodeRegistration = Pick<NodeRow, 'id' | 'name' | 'region' | 'agent_url' | 'cpus' | 'ram_mb' | 'disk_gb' | 'version'>;
+
+export const nodesRepo = {
+  get: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).first(),
+  list: (db: Db) => db<NodeRow>('nodes').orderBy('id'),
+  /** A node says it is up: its row is made or refreshed; `state` (set by an admin) is kept. */
+  async register(db: Db, n: NodeRegistration): Promise<void> {
+    const at = now();
+    await db<NodeRow>('nodes')
+      .insert({ ...n, state: 'active', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at })
+      .onConflict('id')
+      .merge(['name', 'region', 'agent_url', 'cpus', 'ram_mb', 'disk_gb', 'version', 'started_at', 'heartbeat_at', 'storage', 'updated_at']);
+  },
+  heartbeat: (db: Db, id: string, storage: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: now(), storage }),
+  /** A node that stops cleanly says so at once, instead of letting its heartbeat age. */
+  signOff: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: null, updated_at: now() }),
+  setState: (db: Db, id: string, state: NodeState) => db<NodeRow>('nodes').where({ id }).update({ state, updated_at: now() }),
+  remove: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).delete(),
+  /** Committed resources per node id, read from the box rows. */
+  async committed(db: Db): Promise<Map<string, Committed>> {
+    const rows = await db('boxes').select('node', 'config');
+    const out = new Map<string, Committed>();
+    for (const r of rows as { node: string; config: string }[]) {
+      const c = JSON.parse(r.config) as { cpus: number; ram_mb: number; storage_gb: number };
+      const cur = out.get(r.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+      cur.cpus += c.cpus;
+      cur.ram_mb += c.ram_mb;
+      cur.disk_gb += c.storage_gb;
+      cur.boxes += 1;
+      out.set(r.node, cur);
+    }
+    return out;
+  },
+};

@@ -1,0 +1,228 @@
+import type { DomainContext, Identity } from './context';
+import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
+import { projectsRepo } from '../db/repos/projects';
+import { basesRepo } from '../db/repos/bases';
+import { operationsRepo } from '../db/repos/operations';
+import { newBoxId, now } from '../core/ids';
+import { allowed, BoxAction, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
+import { conflict, forbidden, invalidField, notFound } from '../core/errors';
+import type { Box } from '../core/apiTypes';
+import { isUniqueViolation } from '../db/errors';
+import { boxActionOf, boxJobs } from '../jobs/boxJobs';
+import type { JobMessage } from '../jobs/types';
+import type { Accepted } from './operations';
+import { assertProject } from './access';
+
+export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 10 };
+
+export interface CreateBoxRequest {
+  name: string;
+  base?: string | null;
+  config?: Partial<BoxConfig> | null;
+  data_mounts?: DataMount[] | null;
+  env_from?: { alias: string; box: string }[] | null;
+  environment?: Record<string, string> | null;
+  fork?: string | null;
+  lifecycle?: string | null;
+  pack?: string | null;
+  tags?: Record<string, string> | null;
+}
+
+export interface UpdateBoxRequest {
+  config?: { cpus?: number; ram_mb?: number };
+  tags?: Record<string, string>;
+  termination_grace_period_seconds?: number;
+}
+
+export const boxPath = (project: string, name: string) => `/v1/projects/${project}/boxes/${name}`;
+
+/**
+ * The Box of the spec, plus `error`, `address`, `fork` and `node` (additions are allowed). A box
+ * whose node is down shows `unknown` with the node's reason: its last known status would be a
+ * guess (docs/decisions.md "Nodes").
+ */
+export function toApiBox(b: BoxRecord, nodeDown?: string | null): Box {
+  return {
+    id: b.id,
+    name: b.name,
+    project: b.project,
+    status: nodeDown ? 'unknown' : b.status,
+    error: nodeDown ? `${nodeDown}; last known status: ${b.status}` : b.error,
+    created_at: b.created_at,
+    updated_at: b.updated_at,
+    base: b.base,
+    fork: b.fork,
+    config: b.config,
+    data_mounts: b.data_mounts.map((m) => ({ ...m, ownership: { kind: 'persistent' } })),
+    environment: b.environment,
+    lifecycle: b.lifecycle,
+    pack: b.pack,
+    pack_rev: b.pack_rev,
+    publishes: [],
+    rollback_to: b.rollback_to,
+    tags: b.tags,
+    termination_grace_period_seconds: b.termination_grace_period_seconds,
+    url_settings: b.url_settings,
+    address: b.address,
+    node: b.node,
+  };
+}
+
+/** Boxes as the api shows them: one read of the nodes for the lot. */
+export async function showBoxes(ctx: DomainContext, boxes: BoxRecord[]): Promise<Box[]> {
+  const down = await ctx.nodes.downNodes(boxes.map((b) => b.node));
+  return boxes.map((b) => toApiBox(b, down.get(b.node)));
+}
+
+export const showBox = async (ctx: DomainContext, box: BoxRecord): Promise<Box> => (await showBoxes(ctx, [box]))[0];
+
+export async function loadBox(ctx: Pick<DomainContext, 'db'>, identity: Identity, project: string, name: string): Promise<BoxRecord> {
+  assertProject(identity, project, `box ${project}/${name}`);
+  const box = await boxesRepo.get(ctx.db, project, name);
+  if (!box) throw notFound(`box ${project}/${name}`);
+  return box;
+}
+
+const reload = (ctx: DomainContext, id: string) => async () => {
+  const b = await boxesRepo.byId(ctx.db, id);
+  return b ? showBox(ctx, b) : null;
+};
+
+/** `name` is the newest version, `name@version` a pinned one. */
+async function resolveBase(ctx: DomainContext, spec: string) {
+  const [name, version] = spec.split('@');
+  const row = version ? await basesRepo.get(ctx.db, name, version) : await basesRepo.newest(ctx.db, name);
+  if (!row) throw invalidField('base', `base ${spec} does not exist`);
+  return row;
+}
+
+/** A fork clones on its source's node (a ZFS clone is node-local), so it goes there. */
+async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; region: string }> {
+  const [boxName, snapshot] = spec.split('@');
+  const src = await boxesRepo.get(ctx.db, project, boxName);
+  if (!src) throw invalidField('fork', `box ${project}/${boxName} does not exist`);
+  if (!canFork(src.status)) throw conflict(`box ${boxName} is ${src.status}; it can be forked once it is running or stopped`);
+  const node = await ctx.nodes.client(src.node);
+  if (snapshot) {
+    const snaps = await node.listSnapshots(src.id);
+    if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
+  }
+  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, region: src.config.region };
+}
+
+/** The create rules of the spec that need more than the schema. */
+function checkCreateRules(req: CreateBoxRequest) {
+  if (req.lifecycle !== undefined && req.lifecycle !== null) {
+    if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
+    if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
+  }
+  // Packs and data volumes come with their own issues; until then none is installed or exists.
+  if (req.pack) throw invalidField('pack', `pack ${req.pack} is not installed`);
+  for (const [i, e] of (req.env_from ?? []).entries()) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
+  for (const [i, m] of (req.data_mounts ?? []).entries()) throw invalidField(`data_mounts.${i}.name`, `data volume ${m.name} does not exist`);
+  if (req.fork && req.base) throw invalidField('fork', 'give base or fork, not both');
+}
+
+/** Queues a box job on the box's node, recording the operation with its project. */
+const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], box: BoxRecord, msg: JobMessage<P>, identity: Identity) =>
+  ctx.queue.enqueue(trx, msg, { resource: boxPath(box.project, box.name), node: box.node, project: box.project, boxId: box.id, createdBy: identity.name });
+
+export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
+  if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
+  checkCreateRules(req);
+  if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
+
+  let region = req.config?.region ?? ctx.config.region;
+  let source: RootSource;
+  let base: string | null;
+  let node: string;
+  if (req.fork) {
+    const fork = await resolveFork(ctx, project, req.fork);
+    if (req.config?.region && req.config.region !== fork.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.region}`);
+    ({ source, base, node, region } = fork);
+  } else {
+    const row = await resolveBase(ctx, req.base ?? ctx.config.defaultBase);
+    source = { kind: 'base', base: { name: row.name, version: row.version } };
+    base = `${row.name}@${row.version}`;
+    node = await ctx.nodes.place(region);
+  }
+
+  const at = now();
+  const box: BoxRecord = {
+    id: newBoxId(),
+    project,
+    name: req.name,
+    status: TRANSITIONS.create.during,
+    error: null,
+    base,
+    fork: req.fork ?? null,
+    config: { ...BOX_DEFAULTS, ...(req.config ?? {}), region } as BoxConfig,
+    environment: req.environment ?? {},
+    tags: req.tags ?? {},
+    data_mounts: [],
+    lifecycle: null,
+    pack: null,
+    pack_rev: null,
+    rollback_to: null,
+    termination_grace_period_seconds: 10,
+    url_settings: null,
+    node,
+    address: null,
+    created_at: at,
+    updated_at: at,
+  };
+  try {
+    const operation = await ctx.db.transaction(async (trx) => {
+      await projectsRepo.ensure(trx, project);
+      await boxesRepo.insert(trx, box);
+      return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
+    });
+    return { operation, load: reload(ctx, box.id) };
+  } catch (e) {
+    if (isUniqueViolation(e)) throw conflict(`box ${project}/${req.name} already exists`);
+    throw e;
+  }
+}
+
+/**
+ * Stop, resume and delete: checked against the state the box will be in once the operations
+ * queued before this one have run, then queued behind them on the box's node. The box shows
+ * the transitional state at once only when nothing is ahead of it; otherwise the job sets it
+ * when its turn comes. A box whose node is down answers 503: the job would only wait.
+ */
+export async function changeBoxState(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>): Promise<Accepted<Box>> {
+  const current = await loadBox(ctx, identity, project, name);
+  await ctx.nodes.assertUp(current.node);
+  const operation = await ctx.db.transaction(async (trx) => {
+    const box = await loadBox({ db: trx }, identity, project, name);
+    const pending = (await operationsRepo.unfinishedForBox(trx, box.id)).map((p) => boxActionOf(p.kind)).filter((a): a is BoxAction => a !== undefined);
+    if (!allowed(action, box.status, pending)) {
+      const projected = projectedStatus(box.status, pending);
+      throw conflict(`box ${project}/${name} is ${projected === box.status ? box.status : `going to be ${projected}`}; cannot ${action} it`);
+    }
+    if (pending.length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });
+    return enqueueBoxJob(ctx, trx, box, boxJobs[action].of({ boxId: box.id }), identity);
+  });
+  return { operation, load: reload(ctx, current.id) };
+}
+
+export async function updateBox(ctx: DomainContext, identity: Identity, project: string, name: string, req: UpdateBoxRequest): Promise<Box> {
+  const box = await loadBox(ctx, identity, project, name);
+  if (!canUpdate(box.status)) throw conflict(`box ${project}/${name} is being deleted`);
+  const patch: Partial<BoxRecord> = {};
+  if (req.config) patch.config = { ...box.config, ...req.config };
+  if (req.tags) patch.tags = req.tags;
+  if (req.termination_grace_period_seconds !== undefined) patch.termination_grace_period_seconds = req.termination_grace_period_seconds;
+  // Limits change live on a running container (through its node); a stopped one gets them at
+  // its next start, from the row.
+  if (req.config && box.status === 'running') {
+    const node = await ctx.nodes.client(box.node);
+    await node.updateLimits(box.id, { cpus: req.config.cpus, ramMb: req.config.ram_mb });
+  }
+  await boxesRepo.update(ctx.db, box.id, patch);
+  return showBox(ctx, (await boxesRepo.byId(ctx.db, box.id))!);
+}
+
+export async function getBox(ctx: DomainContext, identity: Identity, project: string, name: string): Promise<Box> {
+  return showBox(ctx, await loadBox(ctx, identity, project, name));
+}

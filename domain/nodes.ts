@@ -1,0 +1,172 @@
+import type { Db } from '../db/knex';
+import { Committed, NodeRow, NodeState, nodesRepo } from '../db/repos/nodes';
+import { conflict, invalidField, notFound, unavailable } from '../core/errors';
+import type { NodeClient } from '../cluster/types';
+import { HttpNodeClient } from '../cluster/httpClient';
+import type { Node } from '../core/apiTypes';
+
+export interface NodeDirectoryOptions {
+  /** BOXHOST_CLUSTER_SECRET: what the api shows the node agents. */
+  secret?: string;
+  /** A node whose last heartbeat is older than this is down. */
+  timeoutMs: number;
+}
+
+/** Rows are read again at most this often per process (a heartbeat is every few seconds). */
+const CACHE_MS = 500;
+
+const EMPTY: Committed = { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+
+/**
+ * The nodes as the api sees them: which are up, how to reach each (`client`), and where a new
+ * box goes (`place`). A node in this very process is reached in-process and is up by
+ * definition; any other is up while its heartbeat is fresh, and reached through its agent.
+ */
+export class NodeDirectory {
+  private readonly local = new Map<string, NodeClient>();
+  private readonly remote = new Map<string, HttpNodeClient>();
+  private cache?: { at: number; rows: Promise<NodeRow[]> };
+
+  constructor(
+    private readonly db: Db,
+    private readonly opts: NodeDirectoryOptions,
+  ) {}
+
+  /** The node of this process: calls to its boxes skip the network. */
+  addLocal(client: NodeClient): void {
+    this.local.set(client.nodeId, client);
+  }
+
+  private rows(fresh = false): Promise<NodeRow[]> {
+    if (fresh || !this.cache || Date.now() - this.cache.at > CACHE_MS) {
+      const rows = nodesRepo.list(this.db);
+      this.cache = { at: Date.now(), rows };
+      rows.catch(() => (this.cache = undefined));
+    }
+    return this.cache.rows;
+  }
+
+  /** null when the node is up, else why it is not. */
+  private downReason(id: string, row: NodeRow | undefined): string | null {
+    if (this.local.has(id)) return null;
+    if (!row) return `node ${id} is not registered`;
+    if (!row.heartbeat_at) return `node ${id} is stopped`;
+    const age = Date.now() - Date.parse(row.heartbeat_at);
+    if (age > this.opts.timeoutMs) return `node ${id} is not answering (last heartbeat ${row.heartbeat_at})`;
+    return null;
+  }
+
+  /** Node id → why it is down, for every node of `ids` that is down (reads stay one query). */
+  async downNodes(ids: Iterable<string>): Promise<Map<string, string>> {
+    const wanted = [...new Set(ids)].filter((id) => !this.local.has(id));
+    const out = new Map<string, string>();
+    if (wanted.length === 0) return out;
+    const rows = new Map((await this.rows()).map((r) => [r.id, r]));
+    for (const id of wanted) {
+      const reason = this.downReason(id, rows.get(id));
+      if (reason) out.set(id, reason);
+    }
+    return out;
+  }
+
+  /** How to reach a node; 503 when it is down or has no agent the api can use. */
+  async client(id: string): Promise<NodeClient> {
+    const local = this.local.get(id);
+    if (local) return local;
+    const row = (await this.rows()).find((r) => r.id === id);
+    const reason = this.downReason(id, row);
+    if (reason) throw unavailable(reason);
+    if (!row!.agent_url) throw unavailable(`node ${id} has no agent address (it runs without BOXHOST_CLUSTER_SECRET)`);
+    if (!this.opts.secret) throw unavailable(`node ${id} runs apart from this api, and this api has no BOXHOST_CLUSTER_SECRET to reach it`);
+    let c = this.remote.get(id);
+    if (!c || c.agentUrl !== row!.agent_url) {
+      c = new HttpNodeClient(id, row!.agent_url, this.opts.secret);
+      this.remote.set(id, c);
+    }
+    return c;
+  }
+
+  /** 503 unless the node is up (for queued work that would only wait). */
+  async assertUp(id: string): Promise<void> {
+    const reason = (await this.downNodes([id])).get(id);
+    if (reason) throw unavailable(reason);
+  }
+
+  /**
+   * The node a new box goes to (docs/decisions.md "Placement"): among the nodes of the region
+   * that are up and active, the one with the most free RAM (capacity − committed), then the
+   * most free CPUs, then the fewest boxes, then the lowest id.
+   */
+  async place(region: string): Promise<string> {
+    const rows = await this.rows(true);
+    if (rows.length === 0 && this.local.size === 0) throw unavailable('no node has registered yet: start a node');
+    const inRegion = rows.filter((r) => r.region === region);
+    if (inRegion.length === 0) throw invalidField('config.region', `no node serves region ${region} (regions: ${[...new Set(rows.map((r) => r.region))].join(', ') || 'none'})`);
+    const candidates = inRegion.filter((r) => r.state === 'active' && this.downReason(r.id, r) === null);
+    if (candidates.length === 0) {
+      const why = inRegion.map((r) => (r.state !== 'active' ? `node ${r.id} is ${r.state}` : this.downReason(r.id, r))).join('; ');
+      throw unavailable(`no node of region ${region} can take a box now: ${why}`);
+    }
+    const committed = await nodesRepo.committed(this.db);
+    const free = (r: NodeRow) => {
+      const c = committed.get(r.id) ?? EMPTY;
+      return { ram: r.ram_mb - c.ram_mb, cpus: r.cpus - c.cpus, boxes: c.boxes };
+    };
+    candidates.sort((a, b) => {
+      const fa = free(a);
+      const fb = free(b);
+      return fb.ram - fa.ram || fb.cpus - fa.cpus || fa.boxes - fb.boxes || a.id.localeCompare(b.id);
+    });
+    return candidates[0].id;
+  }
+
+  // ------------------------------------------------------------------ admin (GET/PUT/DELETE /v1/nodes)
+
+  private view(r: NodeRow, committed: Committed | undefined): Node {
+    const reason = this.downReason(r.id, r);
+    return {
+      id: r.id,
+      name: r.name,
+      region: r.region,
+      state: r.state,
+      status: reason ? 'down' : 'up',
+      reason,
+      agent_url: r.agent_url,
+      version: r.version,
+      storage: r.storage,
+      started_at: r.started_at,
+      heartbeat_at: r.heartbeat_at,
+      capacity: { cpus: r.cpus, ram_mb: r.ram_mb, disk_gb: r.disk_gb },
+      committed: committed ?? EMPTY,
+      created_at: r.created_at,
+      updated_at: r.updated_at,
+    };
+  }
+
+  async list(): Promise<Node[]> {
+    const [rows, committed] = await Promise.all([this.rows(true), nodesRepo.committed(this.db)]);
+    return rows.map((r) => this.view(r, committed.get(r.id)));
+  }
+
+  async get(id: string): Promise<Node> {
+    const row = await nodesRepo.get(this.db, id);
+    if (!row) throw notFound(`node ${id}`);
+    return this.view(row, (await nodesRepo.committed(this.db)).get(id));
+  }
+
+  /** `draining` keeps the node's boxes and sends no new ones there; `active` takes them again. */
+  async setState(id: string, state: NodeState): Promise<Node> {
+    if (!(await nodesRepo.setState(this.db, id, state))) throw notFound(`node ${id}`);
+    this.cache = undefined;
+    return this.get(id);
+  }
+
+  /** Forgets a node that holds no boxes (a node that starts again registers anew). */
+  async remove(id: string): Promise<void> {
+    const n = await this.get(id);
+    if (n.committed.boxes > 0) throw conflict(`node ${id} still holds ${n.committed.boxes} boxes; delete or move them first`);
+    if (n.status === 'up') throw conflict(`node ${id} is up; stop its process first (a running node registers again)`);
+    await nodesRepo.remove(this.db, id);
+    this.cache = undefined;
+  }
+}

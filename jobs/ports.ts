@@ -1,0 +1,18 @@
+import type { RootSource } from '../core/box';
+import type { BoxRecord } from '../db/repos/boxes';
+
+/**
+ * What box jobs need from the node they run on. `workers/boxSteps.ts` implements it with the
+ * node's drivers (and a test with fake ones); every step is idempotent, so a job retried after
+ * a worker died mid-way finds what it had already made and goes on.
+ */
+export interface BoxHost {
+  /** Clones the box's root from `source` (with its storage quota) and makes its empty netns. */
+  createRoot(box: BoxRecord, source: RootSource): Promise<void>;
+  /** Starts the container and joins it to the project network; records the box's address. */
+  start(box: BoxRecord): Promise<void>;
+  /** SIGTERM, SIGKILL after the box's grace period; the root is kept. */
+  stop(box: BoxRecord): Promise<void>;
+  /** Removes everything the box holds on the node: container, network, datasets. */
+  destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void>;
+}

@@ -1,0 +1,154 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import expressWs from 'express-ws';
+import express from 'express';
+import { Config, ConfigError, ensureDataDir } from '../core/config';
+import { createLogger, Logger } from '../core/logger';
+import { EmbeddedRedis, queuePrefix, redisOptions } from '../core/redis';
+import { sha256 } from '../core/ids';
+import { createDb, migrate, Db } from '../db/knex';
+import { OperationQueue } from '../jobs/queue';
+import { jobHandlers } from '../jobs';
+import type { JobHandler } from '../jobs/types';
+import { NodeDirectory } from '../domain/nodes';
+import { startNode, NodeOptions, RunningNode } from '../workers/node';
+import { createApp } from '../api/app';
+import { createMetrics } from '../api/metrics';
+import type { ApiContext } from '../api/context';
+import { loadAdminToken } from './adminToken';
+
+/**
+ * The parts one process can run (Procfile): `api` (unprivileged, anywhere), `node` (a machine
+ * that holds boxes: worker + agent + heartbeat, as root) and `worker` (one more worker on a
+ * node). `npm start` runs `api` and `node` together in one process.
+ */
+export type Role = 'api' | 'node' | 'worker';
+
+export interface HostOptions {
+  roles: Role[];
+  /** Extra job handlers (tests register their own). */
+  extraJobs?: JobHandler[];
+  worker?: NodeOptions['worker'];
+  drivers?: NodeOptions['drivers'];
+  log?: Logger;
+}
+
+export interface Host {
+  config: Config;
+  log: Logger;
+  db: Db;
+  /** Base URL of the api (when it runs in this process). */
+  url?: string;
+  adminToken: string;
+  /** Present when a node or worker runs in this process. */
+  node?: RunningNode;
+  /** Present when the api runs in this process. */
+  api?: ApiContext;
+  app?: express.Express;
+  close(): Promise<void>;
+}
+
+/** A node apart from the api is reached only through its agent: it needs the secret and an
+ *  address the api can dial. */
+function checkRoles(config: Config, roles: Role[]): void {
+  if (roles.includes('node') && !roles.includes('api') && !config.clusterSecret) {
+    throw new ConfigError('BOXHOST_CLUSTER_SECRET is required for a node that runs apart from the api (the api reaches it through its agent)');
+  }
+  if (config.clusterSecret && roles.includes('node') && !config.agentUrl && /^(0\.0\.0\.0|::|\[::\])$/.test(config.agentHost)) {
+    throw new ConfigError(`BOXHOST_AGENT_URL is required when the agent listens on ${config.agentHost} (say where the api reaches it)`);
+  }
+}
+
+/**
+ * Starts the parts of a host this process runs. Any part starts the embedded Redis when none is
+ * configured, and runs migrations. A node starts before the api, so that the api's first
+ * request finds it registered.
+ */
+export async function startHost(config: Config, opts: HostOptions): Promise<Host> {
+  checkRoles(config, opts.roles);
+  ensureDataDir(config);
+  const log = opts.log ?? createLogger(config.logLevel);
+  const closers: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const c of closers.reverse()) await c().catch((e) => log.warn({ err: (e as Error).message }, 'close step failed'));
+  };
+  try {
+    const embedded = new EmbeddedRedis(config, log.child({ part: 'redis' }));
+    await embedded.start();
+    closers.push(() => embedded.stop());
+
+    const db = createDb(config);
+    closers.push(() => db.destroy());
+    await migrate(db);
+
+    const connection = redisOptions(config);
+    const prefix = queuePrefix(config);
+    const host: Host = { config, log, db, adminToken: '', close };
+
+    const nodeRole = opts.roles.includes('node') ? 'node' : opts.roles.includes('worker') ? 'worker' : null;
+    if (nodeRole) {
+      host.node = await startNode({
+        config,
+        db,
+        log,
+        connection,
+        prefix,
+        handlers: [...jobHandlers, ...(opts.extraJobs ?? [])],
+        role: nodeRole,
+        worker: opts.worker,
+        drivers: opts.drivers,
+      });
+      closers.push(() => host.node!.close());
+    }
+
+    if (opts.roles.includes('api')) {
+      const admin = loadAdminToken(config);
+      if (admin.generated) {
+        // Printed once, at the start that made it; afterwards it is only in the file.
+        process.stdout.write(`boxhost admin token (saved to ${admin.file}, shown once): ${admin.token}\n`);
+      }
+      host.adminToken = admin.token;
+      const queue = new OperationQueue(db, connection, prefix);
+      closers.push(() => queue.close());
+      const nodes = new NodeDirectory(db, { secret: config.clusterSecret, timeoutMs: config.nodeTimeoutMs });
+      if (host.node && nodeRole === 'node') nodes.addLocal(host.node.local);
+      const metrics = createMetrics(queue, nodes);
+      const api: ApiContext = {
+        config,
+        db,
+        log: log.child({ part: 'api' }),
+        queue,
+        nodes,
+        metrics: metrics.registry,
+        adminTokenHash: sha256(admin.token),
+      };
+      const app = express();
+      app.disable('x-powered-by');
+      const server = http.createServer(app);
+      expressWs(app, server);
+      const routesApp = createApp(api, metrics.middleware);
+      app.use(routesApp);
+      host.api = api;
+      host.app = routesApp;
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(config.port, config.host, () => resolve());
+      });
+      closers.push(
+        () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeAllConnections();
+          }),
+      );
+      const addr = server.address() as AddressInfo;
+      const hostPart = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      host.url = `http://${hostPart}:${addr.port}`;
+      log.info({ url: host.url }, 'api listening');
+    }
+    return host;
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}

@@ -1,0 +1,63 @@
+import { conflict, invalid } from '../../core/errors';
+import { versionInfo } from '../../core/version';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient, NodeHealth } from '../../cluster/types';
+import type { RuntimeDriver, StorageDriver } from '../drivers';
+import { BoxNotRunningError, ExecInputError } from '../errors';
+
+const HEALTH_TIMEOUT_MS = 2000;
+
+/**
+ * This node's side of `NodeClient`, straight on its drivers: what the api calls in-process
+ * when the node shares its process, and what the node agent serves over HTTP otherwise.
+ * Driver errors become the contract's errors here, so both transports answer alike.
+ */
+export class LocalNode implements NodeClient {
+  constructor(
+    readonly nodeId: string,
+    private readonly runtime: RuntimeDriver,
+    private readonly storage: StorageDriver,
+  ) {}
+
+  async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
+    try {
+      return await this.runtime.exec(boxId, req);
+    } catch (e) {
+      if (e instanceof ExecInputError) {
+        const field = e.field === 'timeout' ? 'timeout_secs' : e.field;
+        throw invalid(e.message, [{ field, issue: e.message }]);
+      }
+      if (e instanceof BoxNotRunningError) throw conflict('the box is not running');
+      throw e;
+    }
+  }
+
+  async updateLimits(boxId: string, limits: BoxLimits): Promise<void> {
+    // A box that is not running gets its limits at its next start (they are in its row).
+    if ((await this.runtime.status(boxId)) !== 'running') return;
+    await this.runtime.update(boxId, limits);
+  }
+
+  listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
+    return this.storage.listBoxSnapshots(boxId);
+  }
+
+  async health(): Promise<NodeHealth> {
+    return { node: this.nodeId, version: versionInfo().version, storage: await this.storageHealth() };
+  }
+
+  /** "ok", or why the storage failed (or did not answer in time). */
+  async storageHealth(): Promise<string> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        this.storage.health(),
+        new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${HEALTH_TIMEOUT_MS / 1000} s`)), HEALTH_TIMEOUT_MS))),
+      ]);
+      return 'ok';
+    } catch (e) {
+      return `error: ${(e as Error).message}`;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,107 @@
+import crypto from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express, { NextFunction, Request, Response } from 'express';
+import type Joi from 'joi';
+import { BoxhostError, invalid, notFound, statusOf, unauthenticated } from '../../core/errors';
+import type { Logger } from '../../core/logger';
+import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, limitsSchema } from '../../cluster/protocol';
+import type { LocalNode } from './localNode';
+
+export interface AgentOptions {
+  node: LocalNode;
+  secret: string;
+  host: string;
+  port: number;
+  log: Logger;
+  /** Whether a box id is one of this node's boxes (the db says). */
+  holdsBox(boxId: string): Promise<boolean>;
+}
+
+export interface Agent {
+  /** The address it listens on, as `http://host:port`. */
+  url: string;
+  close(): Promise<void>;
+}
+
+const digest = (s: string) => crypto.createHash('sha256').update(s).digest();
+
+/**
+ * The node agent: the node's small internal HTTP endpoint for the calls that cannot wait in a
+ * queue (exec now; the WebSocket, files and proxy calls join it later). Every request must
+ * carry the cluster secret; boxes cannot reach it (the node's firewall chains refuse new
+ * connections from box bridges to the host), and it answers only for this node's boxes.
+ */
+export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  const want = digest(opts.secret);
+  const app = express();
+  app.disable('x-powered-by');
+
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
+    if (!m || !crypto.timingSafeEqual(digest(m[1]), want)) return next(unauthenticated('the cluster secret is missing or wrong'));
+    next();
+  });
+  app.use(express.json({ limit: '64mb' }));
+
+  const box = async (req: Request): Promise<string> => {
+    const id = String(req.params.boxId);
+    if (!BOX_ID_PATTERN.test(id) || !(await opts.holdsBox(id))) throw notFound(`box ${id} on node ${opts.node.nodeId}`);
+    return id;
+  };
+  const check = <T>(schema: Joi.Schema<T>, body: unknown): T => {
+    const { value, error } = schema.validate(body ?? {});
+    if (error) throw invalid(`invalid agent request: ${error.message}`);
+    return value;
+  };
+  const handle = (fn: (req: Request) => Promise<unknown>) => async (req: Request, res: Response, next: NextFunction) => {
+    try {
+      const out = await fn(req);
+      if (out === undefined) res.status(204).end();
+      else res.json(out);
+    } catch (e) {
+      next(e);
+    }
+  };
+
+  app.get(agentRoutes.health, handle(() => opts.node.health()));
+  app.post(
+    agentRoutes.exec,
+    handle(async (req) => {
+      const id = await box(req);
+      const body = check(execRequestSchema, req.body);
+      return opts.node.exec(id, { ...body, stdin: body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64') });
+    }),
+  );
+  app.post(agentRoutes.limits, handle(async (req) => opts.node.updateLimits(await box(req), check(limitsSchema, req.body))));
+  app.get(agentRoutes.snapshots, handle(async (req) => ({ snapshots: await opts.node.listSnapshots(await box(req)) })));
+
+  app.use((req: Request, _res: Response, next: NextFunction) => next(notFound(`agent route ${req.method} ${req.path}`)));
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    let e: BoxhostError;
+    if (err instanceof BoxhostError) e = err;
+    else if ((err as { type?: string })?.type === 'entity.parse.failed') e = invalid('the body is not valid JSON');
+    else {
+      opts.log.error({ err, path: req.path }, 'agent call failed');
+      e = new BoxhostError('internal', (err as Error).message ?? 'internal error');
+    }
+    res.status(statusOf(e.code)).json(e.toBody());
+  });
+
+  const server = http.createServer(app);
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => resolve());
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  return {
+    url: `http://${host}:${addr.port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

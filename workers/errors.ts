@@ -1,0 +1,18 @@
+/**
+ * Errors the host drivers share (any backend throws these, `workers/agent/localNode.ts` turns
+ * them into the contract's codes). Anything else a driver throws is an internal failure.
+ */
+
+/** The caller asked for something the box cannot do (bad cwd, unknown user, …): 400. */
+export class ExecInputError extends Error {
+  override name = 'ExecInputError';
+  /** The exec option at fault: command, cwd, env, user or timeout. */
+  constructor(message: string, readonly field: 'command' | 'cwd' | 'env' | 'user' | 'timeout' = 'command') {
+    super(message);
+  }
+}
+
+/** The container does not exist or is not running (exec into it is impossible): 409. */
+export class BoxNotRunningError extends Error {
+  override name = 'BoxNotRunningError';
+}

@@ -1,0 +1,54 @@
+import os from 'node:os';
+import type { Db } from '../db/knex';
+import type { Logger } from '../core/logger';
+import { NodeRegistration, nodesRepo } from '../db/repos/nodes';
+import type { LocalNode } from './agent/localNode';
+
+export interface Heartbeat {
+  stop(): Promise<void>;
+}
+
+/** What a node says of itself when it registers: the machine's cpus and RAM (or the
+ *  configured overrides) and what its pool can hold. */
+export async function describeNode(opts: { id: string; name?: string; region: string; agentUrl: string | null; version: string; cpus?: number; ramMb?: number; diskBytes: number }): Promise<NodeRegistration> {
+  return {
+    id: opts.id,
+    name: opts.name ?? os.hostname(),
+    region: opts.region,
+    agent_url: opts.agentUrl,
+    cpus: opts.cpus ?? os.cpus().length,
+    ram_mb: opts.ramMb ?? Math.floor(os.totalmem() / 1024 / 1024),
+    disk_gb: Math.floor(opts.diskBytes / 1024 ** 3),
+    version: opts.version,
+  };
+}
+
+/**
+ * Registers the node and keeps its heartbeat fresh: every `intervalMs` it writes the time and
+ * what its storage says. The api counts the node down once the heartbeat is older than
+ * BOXHOST_NODE_TIMEOUT_SECS; a node that stops cleanly signs off at once.
+ */
+export async function startHeartbeat(db: Db, node: LocalNode, registration: NodeRegistration, intervalMs: number, log: Logger): Promise<Heartbeat> {
+  await nodesRepo.register(db, registration);
+  let stopped = false;
+  let beat: Promise<void> = Promise.resolve();
+  const tick = async () => {
+    try {
+      await nodesRepo.heartbeat(db, registration.id, await node.storageHealth());
+    } catch (e) {
+      log.warn({ err: (e as Error).message }, 'heartbeat not written');
+    }
+  };
+  const timer = setInterval(() => {
+    if (!stopped) beat = tick();
+  }, intervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      stopped = true;
+      clearInterval(timer);
+      await beat;
+      await nodesRepo.signOff(db, registration.id).catch((e) => log.warn({ err: (e as Error).message }, 'sign-off not written'));
+    },
+  };
+}

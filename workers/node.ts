@@ -1,0 +1,106 @@
+import { Queue, type ConnectionOptions, type Worker } from 'bullmq';
+import type { RedisOptions } from 'ioredis';
+import type { Config } from '../core/config';
+import type { Logger } from '../core/logger';
+import { versionInfo } from '../core/version';
+import type { Db } from '../db/knex';
+import { boxesRepo } from '../db/repos/boxes';
+import { nodeQueueName } from '../jobs/queue';
+import type { JobHandler } from '../jobs/types';
+import { BoxSteps } from './boxSteps';
+import type { WorkerContext } from './context';
+import { createDrivers, Drivers, prepareHost } from './setup';
+import { startWorker, WorkerOptions } from './worker';
+import { LocalNode } from './agent/localNode';
+import { Agent, startAgent } from './agent/server';
+import { describeNode, Heartbeat, startHeartbeat } from './heartbeat';
+
+export interface NodeOptions {
+  config: Config;
+  db: Db;
+  log: Logger;
+  connection: RedisOptions;
+  prefix: string;
+  handlers: JobHandler[];
+  /** `node`: the whole node (set-up, reconciliation, worker, agent, heartbeat); `worker`: one
+   *  more worker process on a node whose `node` process runs elsewhere. */
+  role: 'node' | 'worker';
+  worker?: Partial<Pick<WorkerOptions, 'lockDurationMs' | 'stalledIntervalMs' | 'concurrency'>>;
+  /** Drivers to use instead of the machine's (tests). */
+  drivers?: Drivers;
+}
+
+export interface RunningNode {
+  ctx: WorkerContext;
+  local: LocalNode;
+  worker: Worker;
+  agent?: Agent;
+  close(): Promise<void>;
+}
+
+/**
+ * One machine's host side: drivers, the box steps made of them, the worker on the node's own
+ * queue and, for the `node` role, the set-up and reconciliation before it, the agent (when a
+ * cluster secret is configured) and the heartbeat that registers the node.
+ */
+export async function startNode(opts: NodeOptions): Promise<RunningNode> {
+  const { config, db } = opts;
+  const log = opts.log.child({ part: opts.role, node: config.nodeId });
+  const closers: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const c of closers.reverse()) await c().catch((e) => log.warn({ err: (e as Error).message }, 'close step failed'));
+  };
+  try {
+    const drivers = opts.drivers ?? createDrivers(config, log);
+    // Only read by reconciliation: which operations still have a job behind them.
+    const inspect = new Queue(nodeQueueName(config.nodeId), { connection: opts.connection as ConnectionOptions, prefix: opts.prefix });
+    inspect.on('error', () => undefined);
+    closers.push(() => inspect.close());
+    const jobState = async (id: string) => ((await inspect.getJob(id)) ? String(await inspect.getJobState(id)) : 'missing');
+    const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers }), jobState };
+    const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage);
+
+    if (opts.role === 'node') await prepareHost(ctx);
+    const worker = startWorker(ctx, opts.handlers, {
+      connection: opts.connection,
+      prefix: opts.prefix,
+      concurrency: opts.worker?.concurrency ?? config.workerConcurrency,
+      lockDurationMs: opts.worker?.lockDurationMs,
+      stalledIntervalMs: opts.worker?.stalledIntervalMs,
+    });
+    await worker.waitUntilReady();
+    closers.push(() => worker.close());
+
+    let agent: Agent | undefined;
+    if (opts.role === 'node') {
+      if (config.clusterSecret) {
+        agent = await startAgent({
+          node: local,
+          secret: config.clusterSecret,
+          host: config.agentHost,
+          port: config.agentPort,
+          log: log.child({ part: 'agent' }),
+          holdsBox: async (id) => (await boxesRepo.byId(db, id))?.node === config.nodeId,
+        });
+        closers.push(() => agent!.close());
+        log.info({ url: agent.url }, 'node agent listening');
+      }
+      const registration = await describeNode({
+        id: config.nodeId,
+        name: config.nodeName,
+        region: config.region,
+        agentUrl: agent ? (config.agentUrl ?? agent.url) : null,
+        version: versionInfo().version,
+        cpus: config.nodeCpus,
+        ramMb: config.nodeRamMb,
+        diskBytes: await drivers.storage.capacityBytes(),
+      });
+      const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log);
+      closers.push(() => heartbeat.stop());
+    }
+    return { ctx, local, worker, agent, close };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}
