@@ -1,4 +1,5 @@
 import type { BaseRef, RootSource } from '../core/box';
+import type { Readable, Writable } from 'node:stream';
 import type { ExecRequest, ExecResult } from '../cluster/types';
 
 export type { BaseRef, RootSource };
@@ -101,6 +102,45 @@ export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';
 export type ExecOptions = ExecRequest;
 export type { ExecResult };
 
+/** A streaming exec: what `execStream` starts (never detached). */
+export interface ExecStreamOptions {
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  tty?: boolean;
+  /** Kill the process after this long; its exit code is 124 then. */
+  timeoutMs?: number;
+  /** Open a stdin stream to the process (its end, `stdin.end()`, is EOF for the process). */
+  stdin?: boolean;
+}
+
+/**
+ * A process running in a box, its streams flowing as it runs: what HTTP exec collects now and
+ * WebSocket exec will relay. Back-pressure is the streams' own (a reader that stops reading
+ * stops the process's writes once the pipes fill).
+ */
+export interface ExecProcess {
+  /** The process's stdin (null unless asked for). */
+  stdin: Writable | null;
+  stdout: Readable;
+  /** Empty for a tty process: all its output comes on stdout. */
+  stderr: Readable;
+  /** Host pid of the process once known (0 if it never started). */
+  pid(): Promise<number>;
+  /** Sets the terminal size of a tty process (a no-op without tty). */
+  resize(cols: number, rows: number): Promise<void>;
+  /** Sends a signal to the process (e.g. `SIGTERM`). */
+  signal(sig: NodeJS.Signals): void;
+  /**
+   * Settles when the process has exited and its output is drained: its exit code (128 + n
+   * when killed by signal n; 124 when the timeout killed it). Rejects with ExecInputError when
+   * the working directory could not be entered, BoxNotRunningError when the box is not
+   * running.
+   */
+  exited: Promise<{ exitCode: number; timedOut: boolean }>;
+}
+
 export interface RuntimeDriver {
   /** Writes the OCI bundle and starts the container detached (`runc run -d`). Idempotent:
    *  a running container is left alone; a stopped one is deleted and started again. */
@@ -113,7 +153,10 @@ export interface RuntimeDriver {
   remove(boxId: string): Promise<void>;
   /** Live cgroup limits (`runc update`). */
   update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void>;
+  /** Runs a command and collects its output (capped), or starts it detached. */
   exec(boxId: string, opts: ExecOptions): Promise<ExecResult>;
+  /** Starts a command whose stdin, stdout and stderr the caller streams. */
+  execStream(boxId: string, opts: ExecStreamOptions): Promise<ExecProcess>;
   /** Ids of containers this host's runc root knows (for reconciliation). */
   list(): Promise<{ boxId: string; status: ContainerStatus }[]>;
   /** Rewrites the box's /etc/boxes-env (running or not; a running box sees it at once). */
