@@ -2,9 +2,12 @@ import t from 'tap';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { run } from '../core/command';
+import type { Readable } from 'node:stream';
+import { run, sleep } from '../core/command';
 import { fillBusyboxRootfs, busyboxVersion } from '../workers/bases/busyboxRootfs';
 import type { ContainerSpec } from '../workers/drivers';
+import { BoxNotRunningError } from '../workers/errors';
+import { applyResourceParts, resourceParts, runcUpdateArgs } from '../workers/runtime/limits';
 import { buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } from '../workers/runtime/runc';
 
@@ -18,6 +21,13 @@ const runtime = new RuncRuntime({
   logger: { debug: (o: { ms?: number }, msg?: string) => msg === 'runc run' && o.ms !== undefined && runcRun.push(o.ms), info: () => undefined, warn: () => undefined },
 });
 const netnsNames: string[] = [];
+/** Everything a stream gives, as text, once it ends. */
+const text = (s: Readable) =>
+  new Promise<string>((resolve) => {
+    const chunks: Buffer[] = [];
+    s.on('data', (b: Buffer) => chunks.push(b));
+    s.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+  });
 const boxIds: string[] = [];
 
 /** A box with a plain directory root (no ZFS) and an empty network namespace of its own. */
@@ -91,6 +101,33 @@ t.test('OCI spec', async (t) => {
   t.throws(() => buildOciSpec({ ...input, hostname: 'bad host' }));
   t.throws(() => buildOciSpec({ ...input, environment: { 'A=B': 'x' } }));
   t.throws(() => buildOciSpec({ ...input, mounts: [{ source: '/x', destination: '/a/../etc', readOnly: false }] }));
+});
+
+t.test('limits: the spec builder and a live update get the same numbers', async (t) => {
+  const input = {
+    rootfs: '/r', hostname: 'h1', netnsPath: '/run/netns/x', cgroupsPath: '/bhx-y', cpus: 1, ramMb: 64,
+    environment: {}, mounts: [], tiniPath: '/usr/bin/tini-static', busyboxPath: '/usr/bin/busybox',
+  };
+  for (const swap of [true, false]) {
+    for (const limits of [{ cpus: 1.5, ramMb: 100 }, { cpus: 0, ramMb: 4 }, { cpus: 0.001, ramMb: 256.7 }]) {
+      const what = `${JSON.stringify(limits)}, swap accounted: ${swap}`;
+      const spec = (buildOciSpec({ ...input, ...limits, memorySwap: swap }) as any).linux.resources;
+      const parts = resourceParts(limits, swap);
+      const args = runcUpdateArgs(parts);
+      const arg = (name: string) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : undefined);
+      t.equal(arg('--memory'), spec.memory.limit, `memory: ${what}`);
+      t.equal(arg('--memory-swap'), spec.memory.swap, `memory+swap: ${what}`);
+      t.equal(swap, 'swap' in spec.memory, `swap only when accounted: ${what}`);
+      t.equal(arg('--cpu-quota'), spec.cpu?.quota ?? -1, `cpu quota: ${what}`);
+      t.equal(arg('--cpu-period'), spec.cpu?.period ?? 100000, `cpu period: ${what}`);
+      // update's bundle rewrite: a config started with other limits ends up as the spec.
+      const old = (buildOciSpec({ ...input, cpus: 3, ramMb: 999, memorySwap: swap }) as any).linux.resources;
+      applyResourceParts(old, parts);
+      t.same(old, spec, `bundle rewrite: ${what}`);
+    }
+  }
+  t.same(runcUpdateArgs(resourceParts({}, true)), [], 'nothing asked, nothing changed');
+  t.throws(() => resourceParts({ ramMb: 3 }, true), RangeError);
 });
 
 t.test('a box runs', async (t) => {
@@ -272,6 +309,109 @@ t.test('a box runs', async (t) => {
     t.equal(bg.stdout, 'fg\n', 'a background child holding stdout does not hold the answer');
   });
 
+  t.test('execStream', async (t) => {
+    const stream = (command: string[], opts = {}) => runtime.execStream('alpha', { command, ...opts });
+
+    t.test('stdout flows while the process runs', async (t) => {
+      const p = await stream(['sh', '-c', 'echo a; sleep 1; echo b']);
+      let exited = false;
+      void p.exited.then(() => (exited = true));
+      const chunks: { at: number; text: string; running: boolean }[] = [];
+      p.stdout.on('data', (b: Buffer) => chunks.push({ at: Date.now(), text: b.toString(), running: !exited }));
+      const err = text(p.stderr);
+      t.same(await p.exited, { exitCode: 0, timedOut: false });
+      t.equal(chunks.map((c) => c.text).join(''), 'a\nb\n');
+      t.equal(chunks[0].text, 'a\n');
+      t.ok(chunks[0].running, 'the first line came while the process still ran');
+      t.ok(chunks[chunks.length - 1].at - chunks[0].at >= 800, 'a second before the last');
+      t.equal(await err, '');
+      t.ok((await p.pid()) > 0);
+    });
+
+    t.test('stdin in chunks, then EOF', async (t) => {
+      const p = await stream(['cat'], { stdin: true });
+      const out: Buffer[] = [];
+      const echoed = new Promise<void>((resolve) =>
+        p.stdout.on('data', (b: Buffer) => {
+          out.push(b);
+          if (Buffer.concat(out).toString() === 'ping\n') resolve();
+        }),
+      );
+      p.stdin!.write('ping\n');
+      await echoed; // a round trip while stdin is still open
+      for (const c of ['one ', 'two\n', 'three']) {
+        p.stdin!.write(c);
+        await sleep(30);
+      }
+      p.stdin!.end();
+      t.same(await p.exited, { exitCode: 0, timedOut: false }, 'EOF reached cat');
+      t.equal(Buffer.concat(out).toString(), 'ping\none two\nthree');
+    });
+
+    t.test('tty: resize, typed input', async (t) => {
+      const p = await stream(['sh', '-c', 'sleep 0.5; stty size'], { tty: true });
+      const out = text(p.stdout);
+      await p.resize(100, 40);
+      t.same(await p.exited, { exitCode: 0, timedOut: false });
+      t.equal(await out, '40 100\r\n', 'the box sees the size set');
+      const cat = await stream(['cat'], { tty: true, stdin: true });
+      const catOut = text(cat.stdout);
+      cat.stdin!.write('hi');
+      cat.stdin!.write(' there\n');
+      cat.stdin!.end(); // ^D
+      t.same(await cat.exited, { exitCode: 0, timedOut: false });
+      t.equal(await catOut, 'hi there\r\n');
+      const plain = await stream(['true']);
+      await plain.resize(100, 40); // no tty: nothing to do
+      t.equal((await plain.exited).exitCode, 0);
+    });
+
+    t.test('signal', async (t) => {
+      const p = await stream(['sleep', '100']);
+      t.ok((await p.pid()) > 0);
+      p.signal('SIGTERM');
+      t.same(await p.exited, { exitCode: 143, timedOut: false });
+      const tty = await stream(['sleep', '100'], { tty: true });
+      tty.signal('SIGTERM');
+      t.same(await tty.exited, { exitCode: 143, timedOut: false }, 'a tty process too');
+    });
+
+    t.test('timeout', async (t) => {
+      const t0 = Date.now();
+      const p = await stream(['sh', '-c', 'echo started; sleep 30'], { timeoutMs: 300 });
+      const out = text(p.stdout);
+      t.same(await p.exited, { exitCode: 124, timedOut: true });
+      t.equal(await out, 'started\n');
+      t.ok(Date.now() - t0 < 5000);
+    });
+
+    t.test('errors', async (t) => {
+      await t.rejects((await stream(['pwd'], { cwd: '/no/such/dir' })).exited, ExecInputError);
+      await t.rejects((await stream(['pwd'], { cwd: '/no/such/dir', tty: true })).exited, ExecInputError);
+      await t.rejects(stream(['pwd'], { cwd: 'relative' }), ExecInputError);
+      await t.rejects((await runtime.execStream('nosuchbox', { command: ['true'] })).exited, BoxNotRunningError);
+    });
+
+    t.test('back-pressure: a paused reader holds the writer', async (t) => {
+      const size = 50 * 1024 * 1024;
+      const rss0 = process.memoryUsage().rss;
+      const p = await stream(['head', '-c', String(size), '/dev/zero']);
+      let exited = false;
+      void p.exited.then(() => (exited = true));
+      p.stdout.pause();
+      await sleep(1000);
+      const grown = process.memoryUsage().rss - rss0;
+      t.ok(grown < 64 * 1024 * 1024, `rss grew ${(grown / 1048576).toFixed(1)} MB`);
+      t.notOk(exited, 'the writer waits for the reader');
+      let n = 0;
+      p.stdout.on('data', (b: Buffer) => (n += b.length));
+      p.stdout.resume();
+      t.same(await p.exited, { exitCode: 0, timedOut: false });
+      await new Promise((resolve) => (p.stdout.readableEnded ? resolve(undefined) : p.stdout.once('end', resolve)));
+      t.equal(n, size, 'every byte');
+    });
+  });
+
   t.test('exec cwd never reaches the host (CVE-2024-21626 class)', async (t) => {
     const marker = `boxhost-host-marker-${crypto.randomBytes(4).toString('hex')}`;
     const hostDir = fs.mkdtempSync(path.join(dataDir, 'hostcwd-'));
@@ -321,9 +461,12 @@ t.test('a box runs', async (t) => {
 
   t.test('update changes limits live', async (t) => {
     const cg = (c: string, f: string) => fs.readFileSync(`/sys/fs/cgroup/${c}${runtime.cgroupsPath('alpha')}/${f}`, 'utf8').trim();
+    const bundled = () => JSON.parse(fs.readFileSync(path.join(runtime.bundlePath('alpha'), 'config.json'), 'utf8')).linux.resources;
     await runtime.update('alpha', { ramMb: 256 });
     t.equal(cg('memory', 'memory.limit_in_bytes'), String(256 * 1024 * 1024));
     t.equal(cg('memory', 'memory.memsw.limit_in_bytes'), String(256 * 1024 * 1024));
+    t.equal(String(bundled().memory.limit), cg('memory', 'memory.limit_in_bytes'), 'config.json says what the cgroup has');
+    t.equal(String(bundled().memory.swap), cg('memory', 'memory.memsw.limit_in_bytes'));
     const ok = await ex(['sh', '-c', 'x=$(head -c 100000000 /dev/zero | tr "\\0" a); echo ${#x}']);
     t.equal(ok.stdout, '100000000\n', '100 MB fits now');
     await runtime.update('alpha', { ramMb: 48, cpus: 0.5 });
@@ -331,6 +474,8 @@ t.test('a box runs', async (t) => {
     t.equal(cg('memory', 'memory.memsw.limit_in_bytes'), String(48 * 1024 * 1024));
     t.equal(cg('cpu', 'cpu.cfs_quota_us'), '50000');
     t.equal(cg('cpu', 'cpu.cfs_period_us'), '100000');
+    t.same(bundled().cpu, { quota: Number(cg('cpu', 'cpu.cfs_quota_us')), period: Number(cg('cpu', 'cpu.cfs_period_us')) });
+    t.equal(String(bundled().memory.limit), cg('memory', 'memory.limit_in_bytes'));
     t.equal(await runtime.status('alpha'), 'running');
   });
 

@@ -1,3 +1,4 @@
+import { applyResourceParts, resourceParts } from './limits';
 import { defaultSeccompProfile, SeccompProfile } from './seccomp';
 
 /** Where the host's tini and busybox appear inside every box (read-only bind mounts). */
@@ -40,7 +41,6 @@ export const MASKED_PATHS = [
 ];
 export const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
-export const CPU_PERIOD_US = 100_000;
 /** A fork bomb stops here rather than at the host's limit. */
 export const DEFAULT_PIDS_LIMIT = 4096;
 
@@ -87,16 +87,6 @@ export function validateEnvironment(environment: Record<string, string>): void {
   }
 }
 
-/** CFS quota for a number of CPUs (null: no limit). */
-export function cpuQuota(cpus: number | undefined): number | null {
-  if (!cpus || cpus <= 0) return null;
-  return Math.max(1000, Math.round(cpus * CPU_PERIOD_US));
-}
-
-export function memoryBytes(ramMb: number): number {
-  return Math.round(ramMb * 1024 * 1024);
-}
-
 function isCleanAbsolute(p: string): boolean {
   return p.startsWith('/') && !p.split('/').some((c) => c === '..' || c === '.') && !p.includes('\0');
 }
@@ -104,9 +94,7 @@ function isCleanAbsolute(p: string): boolean {
 /** Builds the OCI runtime config (config.json) of a box. Pure: no I/O. */
 export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
   if (!/^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$/.test(input.hostname)) throw new Error(`invalid hostname ${JSON.stringify(input.hostname)}`);
-  if (!input.ramMb || input.ramMb < 4) throw new Error('ramMb must be at least 4');
-  const quota = cpuQuota(input.cpus);
-  const mem = memoryBytes(input.ramMb);
+  const limits = resourceParts({ cpus: input.cpus, ramMb: input.ramMb }, input.memorySwap !== false);
   const nofile = Math.max(64, Math.min(input.nofileHard ?? 1024, 1 << 20));
 
   const mounts: OciMount[] = [
@@ -138,10 +126,9 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
 
   const resources: Record<string, unknown> = {
     devices: [{ allow: false, access: 'rwm' }],
-    memory: input.memorySwap === false ? { limit: mem } : { limit: mem, swap: mem },
     pids: { limit: input.pidsLimit ?? DEFAULT_PIDS_LIMIT },
   };
-  if (quota !== null) resources.cpu = { quota, period: CPU_PERIOD_US };
+  applyResourceParts(resources, limits);
 
   const seccomp: SeccompProfile = defaultSeccompProfile(input.arch);
 
