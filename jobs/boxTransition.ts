@@ -1,6 +1,6 @@
 import { boxesRepo, BoxRecord } from '../db/repos/boxes';
 import { BoxAction, TRANSITIONS } from '../core/box';
-import { defineJob, JobContext } from './types';
+import { defineJob, JobContext, JobRefused } from './types';
 import { boxJobs, BoxRef } from './boxJobs';
 import type { BoxHost } from './ports';
 
@@ -16,13 +16,21 @@ export const defineBoxTransition = (action: Exclude<BoxAction, 'create'>, step: 
     async run({ payload, db, node }) {
       const box = await boxesRepo.byId(db, payload.boxId);
       if (!box) return;
+      // The api allowed this against the state the box was going to be in; when its turn
+      // comes, the operations ahead of it may have ended otherwise (a create that failed). Its
+      // own transitional status is a retry of this very job.
+      if (box.status !== t.during && !t.from.includes(box.status)) {
+        throw new JobRefused(`box is ${box.status}${box.error ? ` (${box.error})` : ''}; cannot ${action} it`);
+      }
       await boxesRepo.update(db, box.id, { status: t.during });
       await step(node, box);
       if (t.after === 'gone') await boxesRepo.remove(db, box.id);
       else await boxesRepo.update(db, box.id, { status: t.after, error: null });
     },
-    /** Failed for good: the box is `failed` with why; it can still be deleted. */
+    /** Failed for good: the box is `failed` with why; it can still be deleted. A refused job
+     *  never touched the box, which keeps its status and error. */
     async onFailed({ payload, db }: JobContext<BoxRef>, error: Error) {
+      if (error instanceof JobRefused) return;
       if (await boxesRepo.byId(db, payload.boxId)) {
         await boxesRepo.update(db, payload.boxId, { status: 'failed', error: `${action} failed: ${error.message}` });
       }

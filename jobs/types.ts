@@ -1,4 +1,5 @@
 import type Joi from 'joi';
+import { UnrecoverableError } from 'bullmq';
 import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
 import type { BoxHost } from './ports';
@@ -54,3 +55,9 @@ export interface JobHandler<P = any> {
 }
 
 export const defineJob = <P>(handler: JobHandler<P>): JobHandler<P> => handler;
+
+/** A job that must not run at all (its resource is no longer in a state it applies to): it
+ *  fails at once, without retries, and leaves the resource as it is. */
+export class JobRefused extends UnrecoverableError {
+  override name = 'JobRefused';
+}

@@ -49,7 +49,9 @@ export class BoxSteps implements BoxHost {
       environment: box.environment,
       mounts: [],
     };
-    const [, attachment] = await Promise.all([this.d.runtime.start(spec), this.d.network.attach(box.id, await this.projectNetwork(box.project))]);
+    // Every await before the Promise.all: a start that fails fast must already have its handler.
+    const net = await this.projectNetwork(box.project);
+    const [, attachment] = await Promise.all([this.d.runtime.start(spec), this.d.network.attach(box.id, net)]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
   }
 

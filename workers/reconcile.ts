@@ -26,7 +26,7 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
   const report: ReconcileReport = { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [] };
   // An operation whose job is gone (Redis lost it) or ended without the operation hearing of
   // it (BullMQ gave up on a job that stalled too often) would hold its box's queue forever.
-  for (const op of await operationsRepo.unfinished(ctx.db)) {
+  for (const op of await operationsRepo.unfinishedOnNode(ctx.db, ctx.config.nodeId)) {
     const state = await ctx.jobState(op.id);
     if (state !== 'missing' && state !== 'failed' && state !== 'completed') continue;
     await operationsRepo.update(ctx.db, op.id, { status: 'failed', error: `lost: its job is ${state}` });

@@ -61,7 +61,8 @@ export const operationsRepo = {
       .whereIn('status', ['queued', 'running'])
       .orderBy('seq')
       .first(),
-  unfinished: (db: Db) => db<OperationRow>('operations').whereIn('status', ['queued', 'running']).orderBy('seq'),
+  /** The unfinished operations queued on one node. */
+  unfinishedOnNode: (db: Db, node: string) => db<OperationRow>('operations').where({ node }).whereIn('status', ['queued', 'running']).orderBy('seq'),
   unfinishedForBox: (db: Db, boxId: string) =>
     db<OperationRow>('operations').where({ box_id: boxId }).whereIn('status', ['queued', 'running']).orderBy('seq'),
 };

@@ -1,0 +1,304 @@
+/**
+ * The box job handlers run directly (no Redis, no worker) against BoxSteps over the mock
+ * drivers and a real sqlite file: what each job leaves in the row and on the host, including
+ * retries after a fault and the `onFailed` cleanup after the last attempt.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { UnrecoverableError } from 'bullmq';
+import { createDb, migrate } from '../db/knex';
+import { boxesRepo, BoxRecord } from '../db/repos/boxes';
+import { projectsRepo } from '../db/repos/projects';
+import { createLogger } from '../core/logger';
+import { newBoxId, newId, now } from '../core/ids';
+import type { BaseRef } from '../core/box';
+import type { JobContext, JobHandler } from '../jobs/types';
+import type { BoxHost } from '../jobs/ports';
+import type { BoxRef } from '../jobs/boxJobs';
+import { createBoxJob } from '../jobs/boxCreate';
+import { stopBoxJob } from '../jobs/boxStop';
+import { resumeBoxJob } from '../jobs/boxResume';
+import { deleteBoxJob } from '../jobs/boxDelete';
+import { BoxSteps } from '../workers/boxSteps';
+import { createMockDrivers } from '../workers/mockDrivers';
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-jobs-'));
+const db = createDb({ dataDir, databaseUrl: undefined });
+const log = createLogger('silent');
+const BASE: BaseRef = { name: 'tiny', version: 'v1' };
+const fromBase = { kind: 'base' as const, base: BASE };
+
+t.before(() => migrate(db));
+t.teardown(async () => {
+  await db.destroy();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** A mock host with one base, and the box steps the jobs run on it. */
+async function host() {
+  const drivers = createMockDrivers();
+  await drivers.storage.createBase(BASE, async (dir) => fs.promises.writeFile(path.join(dir, 'hello'), 'hi'));
+  return { ...drivers, steps: new BoxSteps({ db, ...drivers }) };
+}
+type Host = Awaited<ReturnType<typeof host>>;
+
+/** A box row as the api inserts it for a create (status `creating`), in a project of its own
+ *  unless given one. */
+async function insertBox(patch: Partial<BoxRecord> = {}): Promise<BoxRecord> {
+  const project = patch.project ?? `p${newBoxId()}`;
+  await projectsRepo.ensure(db, project);
+  const at = now();
+  const box: BoxRecord = {
+    id: newBoxId(),
+    project,
+    name: 'web',
+    status: 'creating',
+    error: null,
+    base: `${BASE.name}@${BASE.version}`,
+    fork: null,
+    config: { cpus: 1, ram_mb: 512, region: 'local', storage_gb: 3 },
+    environment: { GREETING: 'hi' },
+    tags: {},
+    data_mounts: [],
+    lifecycle: null,
+    pack: null,
+    pack_rev: null,
+    rollback_to: null,
+    termination_grace_period_seconds: 10,
+    url_settings: null,
+    node: 'local',
+    address: null,
+    created_at: at,
+    updated_at: at,
+    ...patch,
+  };
+  await boxesRepo.insert(db, box);
+  return box;
+}
+
+const row = async (id: string) => boxesRepo.byId(db, id);
+const netIndex = async (project: string) => (await projectsRepo.get(db, project))!.net_index;
+
+function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: number, progress: number[] = []): JobContext<P> {
+  return {
+    payload,
+    operationId: newId('op'),
+    attempt,
+    lastAttempt: attempt >= attempts,
+    db,
+    log,
+    node,
+    progress: async (p) => {
+      progress.push(p);
+    },
+  };
+}
+
+/** Runs a handler as the worker does: again after each failure, `onFailed` after the last
+ *  attempt. Answers how many attempts ran and the last error, if it failed for good. */
+async function runLikeWorker<P>(handler: JobHandler<P>, payload: P, node: BoxHost, attempts = 5): Promise<{ attempts: number; error?: Error }> {
+  for (let attempt = 1; ; attempt++) {
+    const ctx = jobContext(node, payload, attempt, attempts);
+    try {
+      await handler.run(ctx);
+      return { attempts: attempt };
+    } catch (e) {
+      // As the worker: an UnrecoverableError (JobRefused) is final at once.
+      if (!ctx.lastAttempt && !(e instanceof UnrecoverableError)) continue;
+      await handler.onFailed?.(ctx, e as Error);
+      return { attempts: attempt, error: e as Error };
+    }
+  }
+}
+
+/** A box made running by its create job. */
+async function runningBox(h: Host): Promise<BoxRecord> {
+  const box = await insertBox();
+  const r = await runLikeWorker(createBoxJob, { boxId: box.id, source: fromBase }, h.steps);
+  if (r.error) throw r.error;
+  return (await row(box.id))!;
+}
+
+t.test('create: creating → running, with its root, container and address', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  const progress: number[] = [];
+  await createBoxJob.run(jobContext(h.steps, { boxId: box.id, source: fromBase }, 1, 5, progress));
+
+  const after = (await row(box.id))!;
+  t.equal(after.status, 'running');
+  t.equal(after.error, null);
+  t.equal(after.address, `10.250.${await netIndex(box.project)}.2`, 'the first address of its project network');
+  t.same(h.storage.root(box.id), { source: fromBase, base: BASE, storageGb: 3, snapshots: new Map() }, 'root cloned from the base with its refquota');
+  t.equal(await h.runtime.status(box.id), 'running');
+  t.same(await h.network.listAttached(), [box.id]);
+  t.equal(h.runtime.starts.length, 1);
+  t.match(h.runtime.starts[0], {
+    boxId: box.id,
+    hostname: 'web',
+    rootfs: h.storage.boxRootPath(box.id),
+    netnsPath: await h.network.prepare(box.id),
+    cpus: 1,
+    ramMb: 512,
+    environment: { GREETING: 'hi' },
+  });
+  t.same(progress, [50]);
+});
+
+t.test('create runs again after a fault in its start step, and a second run changes nothing', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  h.runtime.failNext('start', new Error('runc run: boom'));
+  const r = await runLikeWorker(createBoxJob, { boxId: box.id, source: fromBase }, h.steps);
+  t.same(r, { attempts: 2 }, 'the first attempt failed, the retry succeeded');
+  const first = (await row(box.id))!;
+  t.equal(first.status, 'running');
+
+  await createBoxJob.run(jobContext(h.steps, { boxId: box.id, source: fromBase }, 1, 5));
+  t.same(await h.storage.listBoxRoots(), [box.id], 'one root');
+  t.same(await h.runtime.list(), [{ boxId: box.id, status: 'running' }], 'one container');
+  t.equal(h.runtime.starts.length, 1, 'started once');
+  t.same([...h.network.leasesOf(await netIndex(box.project)).keys()], [box.id], 'one address');
+  t.equal((await row(box.id))!.address, first.address, 'the same address');
+});
+
+t.test('create of a box deleted before its turn does nothing', async (t) => {
+  const h = await host();
+  await createBoxJob.run(jobContext(h.steps, { boxId: newBoxId(), source: fromBase }, 1, 5));
+  t.same(await h.storage.listBoxRoots(), []);
+  t.same(await h.network.listAttached(), []);
+  t.same(h.runtime.starts, []);
+});
+
+t.test('create failed for good: onFailed removes what was made, the row stays failed', async (t) => {
+  const h = await host();
+  // An earlier attempt got as far as recording an address.
+  const box = await insertBox({ address: '10.250.0.99' });
+  // Root, netns and container are made; joining the bridge fails every time.
+  h.network.failAlways('attach', new Error('cni bridge: no such device'));
+  const r = await runLikeWorker(createBoxJob, { boxId: box.id, source: fromBase }, h.steps, 3);
+  t.equal(r.attempts, 3);
+  t.equal(h.runtime.starts.length, 1, 'the container had been started');
+
+  const after = (await row(box.id))!;
+  t.equal(after.status, 'failed');
+  t.equal(after.error, 'create failed: cni bridge: no such device');
+  t.equal(after.address, null);
+  t.same(await h.storage.listBoxRoots(), [], 'root removed');
+  t.same(await h.runtime.list(), [], 'container removed');
+  t.same(await h.network.listAttached(), [], 'netns removed');
+});
+
+t.test('create failed for good while its cleanup fails too: still failed with the reason', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  h.network.failAlways('attach', new Error('cni add: exit 1'));
+  h.storage.failAlways('destroyBoxRoot', new Error('dataset is busy'));
+  const r = await runLikeWorker(createBoxJob, { boxId: box.id, source: fromBase }, h.steps, 2);
+  t.equal(r.error?.message, 'cni add: exit 1');
+  t.match(await row(box.id), { status: 'failed', error: 'create failed: cni add: exit 1', address: null });
+  t.same(await h.runtime.list(), [], 'what could be removed was');
+});
+
+t.test('stop: running → stopped, container gone, root kept', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  t.match(await row(box.id), { status: 'stopped', error: null, address: box.address });
+  t.equal(await h.runtime.status(box.id), null, 'container gone');
+  t.ok(await h.storage.hasBoxRoot(box.id), 'root kept');
+});
+
+t.test('stop shows stopping while it runs, and a retry finishes it', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  h.runtime.failNext('stop', new Error('runc kill: boom'));
+  await t.rejects(stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5)), /boom/);
+  t.equal((await row(box.id))!.status, 'stopping');
+  t.equal(await h.runtime.status(box.id), 'running');
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 2, 5));
+  t.equal((await row(box.id))!.status, 'stopped');
+});
+
+t.test('resume: stopped → running with the config the row has now', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  await boxesRepo.update(db, box.id, { config: { ...box.config, ram_mb: 1024 }, environment: { GREETING: 'hello' } });
+
+  await resumeBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  t.match(await row(box.id), { status: 'running', error: null, address: box.address });
+  t.equal(await h.runtime.status(box.id), 'running');
+  t.equal(h.runtime.starts.length, 2);
+  t.match(h.runtime.starts[1], { boxId: box.id, ramMb: 1024, environment: { GREETING: 'hello' } });
+  t.equal(h.runtime.starts[0].ramMb, 512, 'the first start had the old config');
+});
+
+t.test('delete: everything on the host goes, then the row', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  const index = await netIndex(box.project);
+  t.equal(h.network.leasesOf(index).size, 1);
+  await deleteBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  t.equal(await row(box.id), undefined, 'row removed');
+  t.same(await h.runtime.list(), []);
+  t.same(await h.storage.listBoxRoots(), []);
+  t.same(await h.network.listAttached(), []);
+  t.equal(h.network.leasesOf(index).size, 0, 'address freed');
+});
+
+t.test('stop, resume and delete of a box already gone are no-ops', async (t) => {
+  const h = await host();
+  const other = await runningBox(h);
+  const gone = await runningBox(h);
+  await deleteBoxJob.run(jobContext(h.steps, { boxId: gone.id }, 1, 5));
+  // Any driver call would throw now: the jobs must not touch the host.
+  h.runtime.failAlways('remove', new Error('touched runtime'));
+  h.runtime.failAlways('stop', new Error('touched runtime'));
+  h.runtime.failAlways('start', new Error('touched runtime'));
+  h.storage.failAlways('destroyBoxRoot', new Error('touched storage'));
+  for (const job of [stopBoxJob, resumeBoxJob, deleteBoxJob]) {
+    await job.run(jobContext(h.steps, { boxId: gone.id }, 1, 5));
+  }
+  t.equal(await row(gone.id), undefined);
+  t.match(await row(other.id), { status: 'running' }, 'the other box is untouched');
+  t.same(await h.storage.listBoxRoots(), [other.id]);
+  t.same(await h.runtime.list(), [{ boxId: other.id, status: 'running' }]);
+});
+
+t.test('a transition failed for good leaves the box failed with "<action> failed: …"', async (t) => {
+  const cases: { job: JobHandler<BoxRef>; action: string; stoppedFirst: boolean; fault(h: Host): void }[] = [
+    { job: stopBoxJob, action: 'stop', stoppedFirst: false, fault: (h) => h.runtime.failAlways('stop', new Error('runc kill timed out')) },
+    { job: resumeBoxJob, action: 'resume', stoppedFirst: true, fault: (h) => h.network.failAlways('attach', new Error('cni add: exit 1')) },
+    { job: deleteBoxJob, action: 'delete', stoppedFirst: false, fault: (h) => h.storage.failAlways('destroyBoxRoot', new Error('dataset is busy')) },
+  ];
+  for (const c of cases) {
+    const h = await host();
+    const box = await runningBox(h);
+    if (c.stoppedFirst) await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+    c.fault(h);
+    const r = await runLikeWorker(c.job, { boxId: box.id }, h.steps, 3);
+    t.equal(r.attempts, 3, `${c.action}: every attempt ran`);
+    t.ok(r.error, `${c.action}: failed for good`);
+    const after = await row(box.id);
+    t.equal(after?.status, 'failed', `${c.action}: the box is failed`);
+    t.equal(after?.error, `${c.action} failed: ${r.error?.message}`, `${c.action}: with why`);
+  }
+});
+
+t.test('a stop queued behind a create that then failed is refused and leaves the box failed', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  h.network.failAlways('attach', new Error('cni bridge: no such device'));
+  await runLikeWorker(createBoxJob, { boxId: box.id, source: fromBase }, h.steps, 2);
+  h.network.heal();
+  const r = await runLikeWorker(stopBoxJob, { boxId: box.id }, h.steps);
+  t.equal(r.attempts, 1, 'refused at once, no retries');
+  t.match(r.error?.message, /^box is failed \(create failed: cni bridge: no such device\); cannot stop it$/);
+  t.match(await row(box.id), { status: 'failed', error: 'create failed: cni bridge: no such device' }, 'the reason is kept');
+  const retried = await runLikeWorker(deleteBoxJob, { boxId: box.id }, h.steps);
+  t.equal(retried.error, undefined, 'a failed box can still be deleted');
+  t.equal(await row(box.id), undefined);
+});
