@@ -10,6 +10,17 @@ import {
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
 const EXEC_MARGIN_MS = 30_000;
 const CALL_TIMEOUT_MS = 30_000;
+/** An agent answers with its headers at once, even for an exec that runs for minutes (the
+ *  result follows in the body): a node that does not within this long is hung. */
+const ACK_TIMEOUT_MS = 5_000;
+
+interface CallOptions {
+  /** The whole call, body included. */
+  totalMs: number;
+  schema?: Joi.Schema;
+  /** The answer is a 200 whose body is `{result}` or `{error}` (exec: headers go out first). */
+  envelope?: boolean;
+}
 
 const agents = { http: new http.Agent({ keepAlive: true, maxSockets: 256 }), https: new https.Agent({ keepAlive: true, maxSockets: 256 }) };
 
@@ -33,27 +44,36 @@ export class HttpNodeClient implements NodeClient {
 
   async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
     const body = { ...req, stdin: req.stdin?.toString('base64') };
-    const timeout = (req.detach ? 0 : (req.timeoutMs ?? 0)) + EXEC_MARGIN_MS;
-    return this.call<ExecResult>('POST', agentPaths.exec(boxId), body, timeout, execResultSchema);
+    const totalMs = (req.detach ? 0 : (req.timeoutMs ?? 0)) + EXEC_MARGIN_MS;
+    return this.call<ExecResult>('POST', agentPaths.exec(boxId), body, { totalMs, schema: execResultSchema, envelope: true });
   }
 
   async updateLimits(boxId: string, limits: BoxLimits): Promise<void> {
-    await this.call('POST', agentPaths.limits(boxId), limits, CALL_TIMEOUT_MS);
+    await this.call('POST', agentPaths.limits(boxId), limits, { totalMs: CALL_TIMEOUT_MS });
   }
 
   async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
-    return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPaths.snapshots(boxId), undefined, CALL_TIMEOUT_MS, snapshotsSchema)).snapshots;
+    return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPaths.snapshots(boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
   }
 
   async health(): Promise<NodeHealth> {
-    return this.call<NodeHealth>('GET', agentPaths.health, undefined, 5000, healthSchema);
+    return this.call<NodeHealth>('GET', agentPaths.health, undefined, { totalMs: ACK_TIMEOUT_MS, schema: healthSchema });
   }
 
-  private call<T>(method: string, path: string, body: unknown, timeoutMs: number, schema?: Joi.Schema): Promise<T> {
+  private call<T>(method: string, path: string, body: unknown, opts: CallOptions): Promise<T> {
+    const { schema } = opts;
     const url = new URL(path, this.base);
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise<T>((resolve, reject) => {
+      const fail = (e: BoxhostError) => {
+        clearTimeout(ack);
+        clearTimeout(total);
+        req.destroy();
+        reject(e);
+      };
+      const ack = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not answer within ${ACK_TIMEOUT_MS / 1000} s`)), ACK_TIMEOUT_MS);
+      const total = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not finish the call within ${Math.round(opts.totalMs / 1000)} s`)), opts.totalMs);
       const req = mod.request(
         url,
         {
@@ -63,30 +83,33 @@ export class HttpNodeClient implements NodeClient {
             authorization: `Bearer ${this.secret}`,
             ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
           },
-          timeout: timeoutMs,
         },
         (res) => {
+          clearTimeout(ack);
           const chunks: Buffer[] = [];
           let size = 0;
           res.on('data', (b: Buffer) => {
             size += b.length;
-            if (size > MAX_AGENT_ANSWER_BYTES) {
-              res.destroy();
-              reject(unavailable(`node ${this.nodeId} answered more than ${MAX_AGENT_ANSWER_BYTES} bytes`));
-              return;
-            }
+            if (size > MAX_AGENT_ANSWER_BYTES) return fail(unavailable(`node ${this.nodeId} answered more than ${MAX_AGENT_ANSWER_BYTES} bytes`));
             chunks.push(b);
           });
-          res.on('error', (e) => reject(this.unreachable(e)));
+          res.on('error', (e) => fail(this.unreachable(e)));
           res.on('end', () => {
+            clearTimeout(total);
             if (size > MAX_AGENT_ANSWER_BYTES) return;
-            const status = res.statusCode ?? 0;
+            let status = res.statusCode ?? 0;
             if (status === 204) return resolve(undefined as T);
             let parsed: unknown;
             try {
               parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
             } catch {
               return reject(unavailable(`node ${this.nodeId} answered ${status} without a JSON body`));
+            }
+            if (opts.envelope && status === 200) {
+              // `{result}` or `{error}`: the status went out before the outcome was known.
+              const env = parsed as { result?: unknown; error?: unknown } | null;
+              if (env && typeof env === 'object' && 'error' in env) status = 500;
+              else parsed = env?.result;
             }
             if (status >= 200 && status < 300) {
               if (!schema) return resolve(parsed as T);
@@ -97,8 +120,7 @@ export class HttpNodeClient implements NodeClient {
           });
         },
       );
-      req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })));
-      req.on('error', (e) => reject(this.unreachable(e)));
+      req.on('error', (e) => fail(this.unreachable(e)));
       req.end(payload);
     });
   }
@@ -115,7 +137,7 @@ export class HttpNodeClient implements NodeClient {
 
   private unreachable(e: Error): BoxhostError {
     const code = (e as NodeJS.ErrnoException).code;
-    const why = code === 'ECONNREFUSED' ? 'connection refused' : code === 'ETIMEDOUT' ? e.message : code === 'ECONNRESET' ? 'connection reset' : e.message;
+    const why = code === 'ECONNREFUSED' ? 'connection refused' : code === 'ECONNRESET' ? 'connection reset' : e.message;
     return unavailable(`node ${this.nodeId} is not answering: ${why}`);
   }
 }

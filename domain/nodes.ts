@@ -98,7 +98,7 @@ export class NodeDirectory {
    * most free CPUs, then the fewest boxes, then the lowest id.
    */
   async place(region: string): Promise<string> {
-    const rows = await this.rows(true);
+    const rows = await this.rows();
     if (rows.length === 0 && this.local.size === 0) throw unavailable('no node has registered yet: start a node');
     const inRegion = rows.filter((r) => r.region === region);
     if (inRegion.length === 0) throw invalidField('config.region', `no node serves region ${region} (regions: ${[...new Set(rows.map((r) => r.region))].join(', ') || 'none'})`);
@@ -107,6 +107,7 @@ export class NodeDirectory {
       const why = inRegion.map((r) => (r.state !== 'active' ? `node ${r.id} is ${r.state}` : this.downReason(r.id, r))).join('; ');
       throw unavailable(`no node of region ${region} can take a box now: ${why}`);
     }
+    if (candidates.length === 1) return candidates[0].id;
     const committed = await nodesRepo.committed(this.db);
     const free = (r: NodeRow) => {
       const c = committed.get(r.id) ?? EMPTY;

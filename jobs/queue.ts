@@ -55,6 +55,21 @@ export class OperationQueue {
     });
   }
 
+  /** Resolves once the connection is up (or after `timeoutMs`: an api may start while Redis
+   *  is down, and answers 503 until it is back). Commands fail fast rather than queue, so
+   *  the first requests after a start would otherwise find no connection yet. */
+  async ready(timeoutMs = 5000): Promise<void> {
+    if (this.client.status === 'ready') return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, timeoutMs);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.client.once('ready', done);
+    });
+  }
+
   /** The BullMQ queue of a node (made on first use). */
   queueOf(node: string): Queue {
     let q = this.queues.get(node);

@@ -110,6 +110,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       host.adminToken = admin.token;
       const queue = new OperationQueue(db, connection, prefix);
       closers.push(() => queue.close());
+      await queue.ready();
       const nodes = new NodeDirectory(db, { secret: config.clusterSecret, timeoutMs: config.nodeTimeoutMs });
       if (host.node && nodeRole === 'node') nodes.addLocal(host.node.local);
       const metrics = createMetrics(queue, nodes);

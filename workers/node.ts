@@ -70,6 +70,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     });
     await worker.waitUntilReady();
     closers.push(() => worker.close());
+    log.info({ queue: nodeQueueName(config.nodeId) }, 'taking jobs');
 
     let agent: Agent | undefined;
     if (opts.role === 'node') {

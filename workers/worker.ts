@@ -106,6 +106,8 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     stalledInterval: opts.stalledIntervalMs ?? 10000,
     maxStalledCount: 3,
     autorun: true,
+    // Recorded on each job as `processedBy`: which process of which node ran it.
+    name: `${ctx.config.nodeId}:${process.pid}`,
   });
   worker.on('error', (err) => ctx.log.warn({ err: err.message }, 'worker connection error'));
   // BullMQ can fail a job without running it again (it stalled more often than allowed); the

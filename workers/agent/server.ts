@@ -7,6 +7,7 @@ import { BoxhostError, invalid, notFound, statusOf, unauthenticated } from '../.
 import type { Logger } from '../../core/logger';
 import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, limitsSchema } from '../../cluster/protocol';
 import type { LocalNode } from './localNode';
+import type { ExecRequest } from '../../cluster/types';
 
 export interface AgentOptions {
   node: LocalNode;
@@ -22,6 +23,13 @@ export interface Agent {
   /** The address it listens on, as `http://host:port`. */
   url: string;
   close(): Promise<void>;
+}
+
+function toError(err: unknown, path: string, log: Logger): BoxhostError {
+  if (err instanceof BoxhostError) return err;
+  if ((err as { type?: string })?.type === 'entity.parse.failed') return invalid('the body is not valid JSON');
+  log.error({ err, path }, 'agent call failed');
+  return new BoxhostError('internal', (err as Error).message ?? 'internal error');
 }
 
 const digest = (s: string) => crypto.createHash('sha256').update(s).digest();
@@ -65,26 +73,32 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   };
 
   app.get(agentRoutes.health, handle(() => opts.node.health()));
-  app.post(
-    agentRoutes.exec,
-    handle(async (req) => {
-      const id = await box(req);
-      const body = check(execRequestSchema, req.body);
-      return opts.node.exec(id, { ...body, stdin: body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64') });
-    }),
-  );
+  // Exec answers its headers at once and the outcome in the body (`{result}` or `{error}`),
+  // so the api tells a long exec from a hung node within seconds.
+  app.post(agentRoutes.exec, async (req: Request, res: Response, next: NextFunction) => {
+    let id: string;
+    let body: Omit<ExecRequest, 'stdin'> & { stdin?: string };
+    try {
+      id = await box(req);
+      body = check(execRequestSchema, req.body);
+    } catch (e) {
+      return next(e);
+    }
+    res.status(200).setHeader('content-type', 'application/json');
+    res.flushHeaders();
+    try {
+      const result = await opts.node.exec(id, { ...body, stdin: body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64') });
+      res.end(JSON.stringify({ result }));
+    } catch (e) {
+      res.end(JSON.stringify(toError(e, req.path, opts.log).toBody()));
+    }
+  });
   app.post(agentRoutes.limits, handle(async (req) => opts.node.updateLimits(await box(req), check(limitsSchema, req.body))));
   app.get(agentRoutes.snapshots, handle(async (req) => ({ snapshots: await opts.node.listSnapshots(await box(req)) })));
 
   app.use((req: Request, _res: Response, next: NextFunction) => next(notFound(`agent route ${req.method} ${req.path}`)));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
-    let e: BoxhostError;
-    if (err instanceof BoxhostError) e = err;
-    else if ((err as { type?: string })?.type === 'entity.parse.failed') e = invalid('the body is not valid JSON');
-    else {
-      opts.log.error({ err, path: req.path }, 'agent call failed');
-      e = new BoxhostError('internal', (err as Error).message ?? 'internal error');
-    }
+    const e = toError(err, req.path, opts.log);
     res.status(statusOf(e.code)).json(e.toBody());
   });
 

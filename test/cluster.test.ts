@@ -1,0 +1,220 @@
+import net from 'node:net';
+import t from 'tap';
+import { ConnectionOptions, Queue } from 'bullmq';
+import { request } from './helpers/host';
+import { clusterEnv, freePort, nodeEnv, pgSchema, RoleProcess, startUnprivilegedApi, REDIS } from './helpers/cluster';
+import { run, sleep } from '../core/command';
+import { nodeQueueName } from '../jobs/queue';
+
+/**
+ * Two nodes on one machine (each its own data dir, pool, runc root, bridges, subnet slice and
+ * agent port), one PostgreSQL, one Redis, and one api process running as an unprivileged user
+ * with no host tool on its PATH: the api reaches every box only through its node.
+ */
+t.test('two nodes behind one unprivileged api', async (t) => {
+  const shared = clusterEnv(await pgSchema(t));
+  const token = shared.BOXHOST_ADMIN_TOKEN;
+  const { url, proc: apiProc } = await startUnprivilegedApi(t, shared);
+  const call = (method: string, p: string, body?: unknown, tok: string | null = token) => request(url, method, p, tok, { body });
+
+  // Equal capacities make placement deterministic; n2's agent listens on every address, so
+  // the test can show that boxes still cannot reach it.
+  const size = { BOXHOST_NODE_CPUS: '4', BOXHOST_NODE_RAM_MB: '4096', BOXHOST_WORKER_CONCURRENCY: '1' };
+  const agent2 = await freePort();
+  const env1 = nodeEnv(t, shared, 'n1', size);
+  const env2 = nodeEnv(t, shared, 'n2', { ...size, BOXHOST_AGENT_HOST: '0.0.0.0', BOXHOST_AGENT_PORT: String(agent2), BOXHOST_AGENT_URL: `http://127.0.0.1:${agent2}` });
+  // One after the other: two pools made at the same instant have deadlocked zfs-fuse here
+  // (docs/nodes.md, "Known limits").
+  const n1 = new RoleProcess('node', env1).start();
+  t.teardown(() => n1.kill());
+  await n1.waitFor(/node agent listening/, 120_000);
+  let n2 = new RoleProcess('node', env2).start();
+  t.teardown(() => n2.kill());
+  await n2.waitFor(/node agent listening/, 120_000);
+
+  const nodeStatus = async (id: string) => (await call('GET', `/v1/nodes/${id}`)).body?.status;
+  const until = async (what: string, fn: () => Promise<boolean>, ms = 30_000) => {
+    const deadline = Date.now() + ms;
+    while (!(await fn())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await sleep(100);
+    }
+  };
+  await until('both nodes up', async () => (await nodeStatus('n1')) === 'up' && (await nodeStatus('n2')) === 'up', 60_000);
+
+  const create = async (project: string, name: string, extra: object = {}) => {
+    const r = await call('POST', `/v1/projects/${project}/boxes?wait=120`, { name, ...extra });
+    if (r.status !== 200 || r.body.status !== 'running') throw new Error(`create ${project}/${name}: ${r.status} ${r.text}`);
+    return r.body;
+  };
+  const sh = async (project: string, name: string, script: string, extra: object = {}) => {
+    const r = await call('POST', `/v1/projects/${project}/boxes/${name}/exec`, { command: ['sh', '-c', script], ...extra });
+    if (r.status !== 200) throw new Error(`exec in ${project}/${name}: ${r.status} ${r.text}`);
+    return r.body as { exit_code: number; stdout: string; stderr: string };
+  };
+
+  t.test('the api process is unprivileged and has no host tools', async (t) => {
+    const status = await run(['cat', `/proc/${apiProc.child.pid}/status`]);
+    // setpriv execs node in place: the api's own process.
+    const pid = apiProc.child.pid!;
+    const uid = /^Uid:\s+(\d+)/m.exec(status.stdout)?.[1];
+    t.equal(uid, '65534', `api process ${pid} runs as uid 65534`);
+    t.match(/^CapEff:\s+(\S+)/m.exec(status.stdout)?.[1], /^0+$/, 'no effective capabilities');
+    const environ = (await run(['cat', `/proc/${pid}/environ`])).stdout.split('\0');
+    t.ok(environ.some((e) => /^PATH=[^:]+$/.test(e) && !e.includes('sbin')), 'PATH holds one directory, with only node in it');
+  });
+
+  let a1: any, a2: any, a3: any, b1: any;
+  t.test('placement: the node with the most free RAM, until both hold boxes', async (t) => {
+    a1 = await create('pa', 'a1');
+    a2 = await create('pa', 'a2');
+    a3 = await create('pa', 'a3');
+    b1 = await create('pb', 'b1');
+    t.equal(a1.node, 'n1', 'equal room: the lower id');
+    t.equal(a2.node, 'n2', 'then the node with more free RAM');
+    t.equal(a3.node, 'n1');
+    t.equal(b1.node, 'n2');
+    const nodes = (await call('GET', '/v1/nodes')).body.nodes;
+    t.same(nodes.map((n: any) => [n.id, n.committed.boxes, n.committed.ram_mb]), [['n1', 2, 1024], ['n2', 2, 1024]]);
+    t.match(nodes[1], { status: 'up', state: 'active', capacity: { cpus: 4, ram_mb: 4096 }, agent_url: `http://127.0.0.1:${agent2}` });
+  });
+
+  t.test('exec reaches a box on each node through the one api', async (t) => {
+    t.equal((await sh('pa', 'a1', 'hostname')).stdout, 'a1\n');
+    t.equal((await sh('pa', 'a2', 'hostname; cat /etc/hostname')).stdout, 'a2\na2\n');
+    const bad = await call('POST', '/v1/projects/pa/boxes/a2/exec', { command: ['true'], cwd: '/nope' });
+    t.equal(bad.status, 400, 'a remote exec error keeps its status');
+    t.equal(bad.body.error.code, 'invalid_argument');
+    const live = await call('PUT', '/v1/projects/pa/boxes/a2', { config: { ram_mb: 256 } });
+    t.equal(live.status, 200, 'live limits through the remote agent');
+    t.equal((await sh('pa', 'a2', 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes')).stdout.trim(), String(256 * 1024 * 1024));
+  });
+
+  t.test('a fork lands on its source node', async (t) => {
+    await sh('pa', 'a2', 'echo forked-data > /root/f');
+    const fork = await create('pa', 'a2-fork', { fork: 'a2' });
+    t.equal(fork.node, 'n2');
+    t.equal((await sh('pa', 'a2-fork', 'cat /root/f')).stdout, 'forked-data\n');
+  });
+
+  t.test('projects stay apart across nodes; the agent is out of the boxes\' reach', async (t) => {
+    const listen = 'while true; do echo pong | nc -l -p 7070; done';
+    await call('POST', '/v1/projects/pa/boxes/a1/exec', { command: ['sh', '-c', listen], no_hup: true });
+    await call('POST', '/v1/projects/pb/boxes/b1/exec', { command: ['sh', '-c', listen], no_hup: true });
+    await sleep(300);
+    const same = await sh('pa', 'a3', `echo ping | timeout 3 nc ${a1.address} 7070`);
+    t.equal(same.stdout, 'pong\n', 'positive control: a box of pa on n1 reaches another pa box on n1');
+    const hostToB1 = await new Promise<string>((resolve) => {
+      let got = '';
+      const c = net.connect(7070, b1.address, () => c.end('ping\n'));
+      c.on('data', (d) => (got += d));
+      c.on('close', () => resolve(got));
+      c.on('error', () => resolve(got));
+      c.setTimeout(3000, () => c.destroy());
+    });
+    t.equal(hostToB1, 'pong\n', 'positive control: b1 on n2 answers (the host reaches it)');
+    const cross = await sh('pb', 'b1', `echo ping | timeout 3 nc ${a1.address} 7070; echo rc=$?`);
+    t.notMatch(cross.stdout, /pong/, 'a box of pb on n2 cannot reach a box of pa on n1');
+    const back = await sh('pa', 'a1', `echo ping | timeout 3 nc ${b1.address} 7070; echo rc=$?`);
+    t.notMatch(back.stdout, /pong/, 'nor the other way');
+
+    const noSecret = await request(`http://127.0.0.1:${agent2}`, 'GET', '/agent/v1/health', null);
+    t.equal(noSecret.status, 401, 'the agent refuses a call without the secret');
+    t.equal(noSecret.body.error.code, 'unauthenticated');
+    const withSecret = await request(`http://127.0.0.1:${agent2}`, 'GET', '/agent/v1/health', shared.BOXHOST_CLUSTER_SECRET);
+    t.equal(withSecret.status, 200, 'positive control: the host reaches it with the secret');
+    const gateway2 = b1.address.replace(/\.\d+$/, '.1');
+    const fromBox = await sh('pb', 'b1', `printf 'GET /agent/v1/health HTTP/1.0\\r\\n\\r\\n' | timeout 3 nc ${gateway2} ${agent2}; echo rc=$?`);
+    t.notMatch(fromBox.stdout, /HTTP\/1/, 'a box cannot open a connection to its node agent');
+  });
+
+  t.test('node 2 lost: its boxes answer 503 with why, node 1 carries on; back: converges', async (t) => {
+    // Something long-lived in a box of n2, to show nothing in the boxes is lost with the node.
+    await call('POST', '/v1/projects/pa/boxes/a2/exec', { command: ['sh', '-c', 'echo $$ > /tmp/sleeper; exec sleep 100000'], no_hup: true });
+    await sleep(200);
+    const sleeper = (await sh('pa', 'a2', 'cat /tmp/sleeper')).stdout.trim();
+
+    // Frozen, not dead: its heartbeat stops; a stop queued just before stays queued, and says why.
+    n2.child.kill('SIGSTOP');
+    const stop = await call('POST', '/v1/projects/pb/boxes/b1/stop');
+    t.equal(stop.status, 202, 'taken while the heartbeat is still fresh');
+    const stopOp = stop.headers.get('operation-id')!;
+    const t0 = Date.now();
+    const hung = await call('POST', '/v1/projects/pa/boxes/a2/exec', { command: ['true'] });
+    t.equal(hung.status, 503, 'an exec into a hung node answers 503');
+    t.ok(Date.now() - t0 < 8000, `within seconds (${Date.now() - t0} ms), not at the exec timeout`);
+    await until('n2 down', async () => (await nodeStatus('n2')) === 'down', 10_000);
+    const op = (await call('GET', `/v1/operations/${stopOp}`)).body;
+    t.equal(op.status, 'queued');
+    t.match(op.error, /^waiting: node n2 is not answering/);
+
+    await n2.kill('SIGKILL');
+    const dead = await call('POST', '/v1/projects/pa/boxes/a2/exec', { command: ['true'] });
+    t.equal(dead.status, 503);
+    t.match(dead.body.error, { code: 'unavailable', message: /node n2/ });
+    const shown = (await call('GET', '/v1/projects/pa/boxes/a2')).body;
+    t.equal(shown.status, 'unknown', 'its box does not claim to run');
+    t.match(shown.error, /node n2 is not answering.*last known status: running/);
+    t.equal((await call('POST', '/v1/projects/pa/boxes/a2/stop')).status, 503, 'a new operation is refused with 503');
+    const health = await call('GET', '/healthz', undefined, null);
+    t.equal(health.status, 503);
+    t.match(health.body.checks.nodes, { n1: 'ok', n2: /^down: node n2 is not answering/ });
+    const list = (await call('GET', '/v1/projects/pa/boxes')).body.boxes;
+    t.same(list.map((b: any) => [b.name, b.status]), [['a1', 'running'], ['a2', 'unknown'], ['a2-fork', 'unknown'], ['a3', 'running']]);
+
+    t.equal((await sh('pa', 'a1', 'echo still here')).stdout, 'still here\n', 'node 1 boxes keep working');
+    const c1 = await create('pa', 'c1');
+    t.equal(c1.node, 'n1', 'new boxes go to the node that is up');
+
+    // While n2 is away, one of its containers dies (as a crash of the machine would leave it).
+    const fork = (await call('GET', '/v1/projects/pa/boxes/a2-fork')).body;
+    const runcRoot = `${env2.BOXHOST_DATA_DIR}/runc`;
+    const cid = (await run(['runc', '--root', runcRoot, 'list', '-q'])).stdout.split('\n').find((l) => l.endsWith(fork.id))!;
+    await run(['runc', '--root', runcRoot, 'kill', cid, 'KILL']);
+    await sleep(300);
+    await run(['runc', '--root', runcRoot, 'delete', '--force', cid]);
+
+    n2 = new RoleProcess('node', env2).start();
+    await n2.waitFor(/node agent listening/, 120_000);
+    await until('n2 up', async () => (await nodeStatus('n2')) === 'up');
+    const done = (await call('GET', `/v1/operations/${stopOp}/wait?timeout=60`)).body;
+    t.equal(done.status, 'succeeded', 'the queued stop ran once the node was back');
+    t.equal((await call('GET', '/v1/projects/pb/boxes/b1')).body.status, 'stopped');
+    t.equal((await call('GET', '/v1/projects/pa/boxes/a2')).body.status, 'running');
+    t.equal((await sh('pa', 'a2', `kill -0 ${sleeper} && echo alive`)).stdout, 'alive\n', 'a process of the box lived through its node\'s absence');
+    t.equal((await sh('pa', 'a2-fork', 'cat /root/f')).stdout, 'forked-data\n', 'reconciliation started the box that died, with its files');
+    const healthy = await call('GET', '/healthz', undefined, null);
+    t.equal(healthy.status, 200, JSON.stringify(healthy.body));
+  });
+
+  t.test('a second worker process on node 1 shares its queue and keeps per-box order', async (t) => {
+    const w2 = new RoleProcess('worker', env1).start();
+    t.teardown(() => w2.kill());
+    await w2.waitFor(/"msg":"taking jobs"/, 60_000);
+    const ops: { box: string; id: string; action: string }[] = [];
+    for (let round = 0; round < 2; round++) {
+      for (const box of ['a1', 'a3', 'c1']) {
+        for (const action of ['stop', 'resume']) {
+          const r = await call('POST', `/v1/projects/pa/boxes/${box}/${action}`);
+          t.equal(r.status, 202, `${box} ${action} queued`);
+          ops.push({ box, id: r.headers.get('operation-id')!, action });
+        }
+      }
+    }
+    const finished: any[] = [];
+    for (const o of ops) finished.push((await call('GET', `/v1/operations/${o.id}/wait?timeout=120`)).body);
+    t.ok(finished.every((o) => o.status === 'succeeded'), 'every operation succeeded');
+    for (const box of ['a1', 'a3', 'c1']) {
+      const mine = ops.map((o, i) => ({ ...o, ended: finished[i].updated_at })).filter((o) => o.box === box);
+      const ends = mine.map((o) => o.ended);
+      t.same(ends, [...ends].sort(), `${box}: operations ended in the order they arrived`);
+      t.equal((await call('GET', `/v1/projects/pa/boxes/${box}`)).body.status, 'running');
+    }
+    const redis = new URL(REDIS);
+    const queue = new Queue(nodeQueueName('n1'), { connection: { host: redis.hostname, port: Number(redis.port || 6379) } as ConnectionOptions, prefix: shared.BOXHOST_REDIS_PREFIX });
+    t.teardown(() => queue.close());
+    const by = new Set<string>();
+    for (const o of ops) by.add(String((await queue.getJob(o.id))?.processedBy));
+    t.same([...by].sort(), [`n1:${n1.child.pid}`, `n1:${w2.child.pid}`].sort(), 'both worker processes of n1 ran jobs');
+  });
+});
