@@ -4,7 +4,9 @@
  *
  *   1. create→running through the API (POST …/boxes?wait=60 until 200 + running)
  *      vs `zfs clone` + `runc run -d` of the same base snapshot
- *   2. exec `true` through the API vs `runc exec <the same box's container> true`
+ *   2. exec `true` through the API vs `runc exec <the same box's container> true`; the same exec
+ *      through a second api process, which reaches the node through its agent (HTTP), as an api
+ *      on another machine would
  *   3. fork of a box holding 1 GiB vs fork of an empty box
  *
  * It reports, it does not assert: the exit code is 0 whether targets are met or not (1 only when
@@ -14,6 +16,7 @@
  *
  * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024).
  */
+import { spawn, ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -66,6 +69,9 @@ function benchConfig(): Config {
       BOXHOST_BOX_SUBNET: `10.${100 + Math.floor(Math.random() * 100)}.0.0/16`,
       // Set, so that startHost does not print a generated one.
       BOXHOST_ADMIN_TOKEN: crypto.randomBytes(24).toString('hex'),
+      // The in-process node starts its agent, for the api process that runs apart.
+      BOXHOST_CLUSTER_SECRET: crypto.randomBytes(24).toString('hex'),
+      BOXHOST_AGENT_PORT: '0',
     },
     { readDotenv: false },
   );
@@ -125,6 +131,35 @@ async function execApi(api: Api, box: string, command: string[], timeoutSecs?: n
   const ms = nowMs() - t0;
   if (res.status !== 200) throw new Error(`exec in ${box} answered ${res.status}: ${res.text.slice(0, 500)}`);
   return { ms, body: res.body };
+}
+
+/**
+ * A second api process on the same host (same sqlite file and embedded Redis), without a node of
+ * its own: it reaches the node only through the node agent, as an api on another machine would.
+ */
+async function startRemoteApi(config: Config): Promise<{ child: ChildProcess; url: string }> {
+  const main = path.resolve(__dirname, '..', 'server', 'main.js');
+  const env = {
+    ...process.env,
+    BOXHOST_DATA_DIR: config.dataDir,
+    BOXHOST_PORT: '0',
+    BOXHOST_ADMIN_TOKEN: config.adminToken!,
+    BOXHOST_CLUSTER_SECRET: config.clusterSecret!,
+    BOXHOST_BOX_SUBNET: config.boxSubnet,
+    LOG_LEVEL: 'info',
+  };
+  const child = spawn(process.execPath, [main, 'api'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stderr!.on('data', (b: Buffer) => (out += b));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b;
+      const m = /"url":"(http:\/\/[^"]+)","msg":"api listening"/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    child.on('exit', (code) => reject(new Error(`the second api exited ${code}: ${out.slice(-2000)}`)));
+  });
+  return { child, url };
 }
 
 async function zfsGet(prop: string, ds: string): Promise<string> {
@@ -259,6 +294,7 @@ async function main(): Promise<number> {
   let host: Host | undefined;
   let api: Api | undefined;
   let raw: RawRunner | undefined;
+  let remoteApi: ChildProcess | undefined;
   let teardownDone: Promise<string[]> | undefined;
   const teardown = () =>
     (teardownDone ??= (async () => {
@@ -280,6 +316,7 @@ async function main(): Promise<number> {
           await mapLimit(names, 4, (n) => deleteBox(a, n).catch((e) => void problems.push(String(e))));
         });
       }
+      if (remoteApi && remoteApi.exitCode === null) remoteApi.kill('SIGKILL');
       if (raw) {
         const r = raw;
         await step('raw cleanup', async () => problems.push(...(await r.cleanup())));
@@ -373,30 +410,49 @@ async function main(): Promise<number> {
     const ls = await spawnCollect([RUNC_BIN, '--root', runtime.root, 'list', '-q']);
     const cid = ls.stdout.split('\n').map((s) => s.trim()).find((id) => id.endsWith(`-${target.box.id}`));
     if (!cid) throw new Error(`no runc container for box ${target.name} (${target.box.id}) in ${runtime.root}: ${ls.stdout}`);
-    progress(`exec: ${N_EXECS} × POST …/${target.name}/exec {command:["true"]} interleaved with runc exec ${cid} true (after 5 warm-ups each)`);
+    const remote = await startRemoteApi(config);
+    remoteApi = remote.child;
+    const viaAgent = new Api(remote.url, host.adminToken);
+    progress(`exec: ${N_EXECS} × POST …/${target.name}/exec {command:["true"]} in-process and through a second api process + the node agent, interleaved with runc exec ${cid} true (after 5 warm-ups each)`);
     profiler.phase = 'exec-warmup';
     for (let i = 0; i < 5; i++) {
       checkpoint();
       await execApi(api, target.name, ['true']);
+      await execApi(viaAgent, target.name, ['true']);
       await raw.exec(runtime.root, cid);
     }
-    profiler.phase = 'exec';
     const execs: number[] = [];
+    const remoteExecs: number[] = [];
     const rawExecs: number[] = [];
+    // Each call starts after the same short pause, so whatever the call before it leaves
+    // running (a reaped runc, a file removal) lands on none of them in particular.
+    const settle = () => new Promise((r) => setTimeout(r, 15));
     for (let i = 0; i < N_EXECS; i++) {
       checkpoint();
+      profiler.phase = 'exec';
+      await settle();
       const r = await execApi(api, target.name, ['true']);
       if (r.body.exit_code !== 0) throw new Error(`exec true answered exit_code ${r.body.exit_code}: ${r.body.stderr}`);
       execs.push(r.ms);
+      profiler.phase = 'exec-remote';
+      await settle();
+      const rr = await execApi(viaAgent, target.name, ['true']);
+      if (rr.body.exit_code !== 0) throw new Error(`exec true through the agent answered exit_code ${rr.body.exit_code}: ${rr.body.stderr}`);
+      remoteExecs.push(rr.ms);
+      profiler.phase = 'exec-raw';
+      await settle();
       rawExecs.push(await raw.exec(runtime.root, cid));
     }
     figures.push(figure(`exec true (${N_EXECS} calls)`, execs, rawExecs, 'runc exec <box> true', TARGETS.exec));
+    figures.push(figure(`exec true via api process → node agent`, remoteExecs, rawExecs, 'runc exec <box> true', TARGETS.exec));
     results.exec = {
       api: summaryJson(summarize(execs)),
+      api_via_agent: summaryJson(summarize(remoteExecs)),
       raw: summaryJson(summarize(rawExecs)),
       api_steps: profiler.breakdown('exec', N_EXECS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
     };
-    progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
+    notes.push(`exec p50 through the node agent is ${(summarize(remoteExecs).p50 - summarize(execs).p50).toFixed(1)} ms above in-process (${fmtMs(summarize(remoteExecs).p50)} vs ${fmtMs(summarize(execs).p50)} ms)`);
+    progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, via agent ${fmtMs(figures[2].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
 
     // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
     checkpoint();
@@ -458,7 +514,7 @@ async function main(): Promise<number> {
       big_steps: steps('fork-big'),
       empty_steps: steps('fork-empty'),
     };
-    progress(`fork done: big p50 ${fmtMs(figures[2].boxhost.p50)} ms, empty p50 ${fmtMs(figures[2].floor.p50)} ms`);
+    progress(`fork done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
   } catch (e) {
     error = e as Error;
     progress(interrupted ? 'interrupted' : `bench failed: ${error.stack ?? error.message}`);
