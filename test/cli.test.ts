@@ -330,4 +330,44 @@ t.test('box CLI against a real host', async (t) => {
     t.equal(gone.code, 1);
     t.match(gone.stderr, /^error: box cli\/web not found$/m);
   });
+
+  t.test('node ls / get / drain / undrain / rm', { skip: noBoxes }, async (t) => {
+    const p = ['-p', 'cli-nodes'];
+    const ls = await ok(t, 'node', 'ls');
+    t.match(ls.stdout, /^ID\s+REGION\s+STATE\s+STATUS\s+BOXES\s+CPUS\s+RAM\s+HEARTBEAT$/m);
+    t.match(ls.stdout, /^local\s+local\s+active\s+up\s+\d+\s/m);
+    const node = json(await ok(t, 'node', 'get', 'local', '--json'));
+    t.match(node, { id: 'local', region: 'local', state: 'active', status: 'up', reason: null, storage: 'ok', capacity: { cpus: Number, ram_mb: Number, disk_gb: Number } });
+    t.ok(Date.now() - Date.parse(node.heartbeat_at) < 30_000, 'a fresh heartbeat');
+
+    t.match((await ok(t, 'node', 'drain', 'local')).stdout, /node local is draining/);
+    const refused = await run('create', 'nope', ...p, '--wait');
+    t.equal(refused.code, 1, 'no node takes a box while the only one drains');
+    t.match(refused.stderr, /^error: no node of region local can take a box now: node local is draining$/m);
+    const viaHttp = await host.call('POST', '/v1/projects/cli-nodes/boxes', { body: { name: 'nope' } });
+    t.equal(viaHttp.status, 503);
+    t.equal(viaHttp.body.error.code, 'unavailable');
+    t.equal(await host.db('boxes').where({ project: 'cli-nodes' }).count({ n: '*' }).then((r: any) => Number(r[0].n)), 0, 'nothing was made');
+    t.match((await ok(t, 'node', 'undrain', 'local')).stdout, /node local is active/);
+    const made = await run('create', 'yes', ...p, '--wait');
+    t.equal(made.code, 0, made.stderr);
+    t.match(json(await ok(t, 'get', 'yes', ...p, '--json')), { node: 'local', status: 'running' });
+
+    const rm = await run('node', 'rm', 'local');
+    t.equal(rm.code, 1);
+    t.match(rm.stderr, /^error: node local still holds \d+ boxes/m, 'a node that holds boxes is not forgotten');
+    t.equal((await host.call('DELETE', '/v1/nodes/local')).status, 409);
+    t.equal((await host.call('GET', '/v1/nodes/nowhere')).status, 404);
+    t.equal((await host.call('PUT', '/v1/nodes/local', { body: { state: 'gone' } })).status, 400);
+    const tok = (await host.call('POST', '/v1/tokens', { body: { name: 'limited', projects: ['cli-nodes'] } })).body.token;
+    t.equal((await host.call('GET', '/v1/nodes', { token: tok })).status, 403, 'nodes are for unlimited tokens');
+    t.equal((await run('rm', 'yes', ...p, '--wait')).code, 0);
+
+    // A node that stopped long ago and holds nothing is forgotten.
+    const at = new Date(Date.now() - 3600_000).toISOString();
+    await host.db('nodes').insert({ id: 'ghost', name: 'ghost', region: 'local', agent_url: null, state: 'active', cpus: 1, ram_mb: 1024, disk_gb: 1, version: '0.1.0', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at });
+    t.match((await ok(t, 'node', 'ls')).stdout, /^ghost\s+local\s+active\s+down\s/m);
+    t.match((await ok(t, 'node', 'rm', 'ghost')).stdout, /^forgot node ghost$/m);
+    t.equal((await host.call('GET', '/v1/nodes/ghost')).status, 404);
+  });
 });
