@@ -22,7 +22,9 @@ export function createMetrics(queue: OperationQueue, nodes: NodeDirectory) {
     registers: [registry],
     async collect() {
       try {
-        for (const n of await nodes.list()) {
+        const list = await nodes.list({ committed: false });
+        this.reset(); // a forgotten node's series go with it
+        for (const n of list) {
           for (const [state, count] of Object.entries(await queue.counts(n.id))) this.set({ node: n.id, state }, count);
         }
       } catch {
@@ -37,7 +39,9 @@ export function createMetrics(queue: OperationQueue, nodes: NodeDirectory) {
     registers: [registry],
     async collect() {
       try {
-        for (const n of await nodes.list()) this.set({ node: n.id }, n.status === 'up' ? 1 : 0);
+        const list = await nodes.list({ committed: false });
+        this.reset();
+        for (const n of list) this.set({ node: n.id }, n.status === 'up' ? 1 : 0);
       } catch {
         // see above
       }

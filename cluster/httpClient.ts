@@ -2,9 +2,9 @@ import http from 'node:http';
 import https from 'node:https';
 import type Joi from 'joi';
 import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient, NodeHealth } from './types';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from './types';
 import {
-  AGENT_ERROR_CODES, agentPaths, errorBodySchema, execResultSchema, healthSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
+  AGENT_ERROR_CODES, agentPath, errorBodySchema, execResultSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
@@ -22,7 +22,8 @@ interface CallOptions {
   envelope?: boolean;
 }
 
-const agents = { http: new http.Agent({ keepAlive: true, maxSockets: 256 }), https: new https.Agent({ keepAlive: true, maxSockets: 256 }) };
+// No socket limit: a call waiting for a free socket would look like a hung node.
+const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 
 /**
  * A node reached through its agent's HTTP endpoint. Connections are kept alive (an exec costs
@@ -45,19 +46,15 @@ export class HttpNodeClient implements NodeClient {
   async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
     const body = { ...req, stdin: req.stdin?.toString('base64') };
     const totalMs = (req.detach ? 0 : (req.timeoutMs ?? 0)) + EXEC_MARGIN_MS;
-    return this.call<ExecResult>('POST', agentPaths.exec(boxId), body, { totalMs, schema: execResultSchema, envelope: true });
+    return this.call<ExecResult>('POST', agentPath('exec', boxId), body, { totalMs, schema: execResultSchema, envelope: true });
   }
 
   async updateLimits(boxId: string, limits: BoxLimits): Promise<void> {
-    await this.call('POST', agentPaths.limits(boxId), limits, { totalMs: CALL_TIMEOUT_MS });
+    await this.call('POST', agentPath('limits', boxId), limits, { totalMs: CALL_TIMEOUT_MS });
   }
 
   async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
-    return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPaths.snapshots(boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
-  }
-
-  async health(): Promise<NodeHealth> {
-    return this.call<NodeHealth>('GET', agentPaths.health, undefined, { totalMs: ACK_TIMEOUT_MS, schema: healthSchema });
+    return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPath('snapshots', boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
   }
 
   private call<T>(method: string, path: string, body: unknown, opts: CallOptions): Promise<T> {
@@ -72,7 +69,9 @@ export class HttpNodeClient implements NodeClient {
         req.destroy();
         reject(e);
       };
-      const ack = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not answer within ${ACK_TIMEOUT_MS / 1000} s`)), ACK_TIMEOUT_MS);
+      // Only an exec answers its headers before its outcome; for the other calls the
+      // headers come with the answer, and only the whole call's time counts (see 'socket').
+      let ack: NodeJS.Timeout | undefined;
       const total = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not finish the call within ${Math.round(opts.totalMs / 1000)} s`)), opts.totalMs);
       const req = mod.request(
         url,
@@ -98,10 +97,11 @@ export class HttpNodeClient implements NodeClient {
             clearTimeout(total);
             if (size > MAX_AGENT_ANSWER_BYTES) return;
             let status = res.statusCode ?? 0;
-            if (status === 204) return resolve(undefined as T);
+            // Only a call that expects no body may get none.
+            if (status === 204 && !schema) return resolve(undefined as T);
             let parsed: unknown;
             try {
-              parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+              parsed = status === 204 ? undefined : JSON.parse(Buffer.concat(chunks).toString('utf8'));
             } catch {
               return reject(unavailable(`node ${this.nodeId} answered ${status} without a JSON body`));
             }
@@ -113,7 +113,7 @@ export class HttpNodeClient implements NodeClient {
             }
             if (status >= 200 && status < 300) {
               if (!schema) return resolve(parsed as T);
-              const { value, error } = schema.validate(parsed, { stripUnknown: true });
+              const { value, error } = schema.required().validate(parsed, { stripUnknown: true });
               return error ? reject(unavailable(`node ${this.nodeId} answered a malformed body: ${error.message}`)) : resolve(value as T);
             }
             reject(this.agentError(status, parsed));
@@ -121,6 +121,20 @@ export class HttpNodeClient implements NodeClient {
         },
       );
       req.on('error', (e) => fail(this.unreachable(e)));
+      // A node that cannot be connected to within ACK_TIMEOUT_MS is gone (a machine that
+      // vanished drops packets; the kernel would wait minutes). Once connected, an exec's node
+      // must send its headers within the same time, or it is hung.
+      req.on('socket', (sock) => {
+        const silent = (what: string) => () => fail(unavailable(`node ${this.nodeId} did not ${what} within ${ACK_TIMEOUT_MS / 1000} s`));
+        const afterConnect = () => {
+          clearTimeout(ack);
+          ack = opts.envelope ? setTimeout(silent('answer'), ACK_TIMEOUT_MS) : undefined;
+        };
+        if (sock.connecting) {
+          ack = setTimeout(silent('accept a connection'), ACK_TIMEOUT_MS);
+          sock.once('connect', afterConnect);
+        } else afterConnect();
+      });
       req.end(payload);
     });
   }

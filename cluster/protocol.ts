@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import type { ErrorCode } from '../core/errors';
+import { EXEC_OUTPUT_CAP_BYTES } from './types';
 
 /**
  * The node agent's wire protocol (docs/nodes.md): JSON over HTTP under `/agent/v1`, every
@@ -7,23 +8,20 @@ import type { ErrorCode } from '../core/errors';
  * untrusted input: bodies are size-capped and checked against these schemas before use.
  */
 export const AGENT_PREFIX = '/agent/v1';
-export const agentPaths = {
-  health: `${AGENT_PREFIX}/health`,
-  exec: (boxId: string) => `${AGENT_PREFIX}/boxes/${boxId}/exec`,
-  limits: (boxId: string) => `${AGENT_PREFIX}/boxes/${boxId}/limits`,
-  snapshots: (boxId: string) => `${AGENT_PREFIX}/boxes/${boxId}/snapshots`,
-};
+/** Express route patterns; `agentPath` fills in the box id. */
 export const agentRoutes = {
   health: `${AGENT_PREFIX}/health`,
   exec: `${AGENT_PREFIX}/boxes/:boxId/exec`,
   limits: `${AGENT_PREFIX}/boxes/:boxId/limits`,
   snapshots: `${AGENT_PREFIX}/boxes/:boxId/snapshots`,
 };
+export const agentPath = (route: keyof typeof agentRoutes, boxId = '') => agentRoutes[route].replace(':boxId', boxId);
 
 export const BOX_ID_PATTERN = /^[a-z0-9]{1,32}$/;
 
-/** An exec answer holds at most two capped streams (16 MiB each) plus JSON framing. */
-export const MAX_AGENT_ANSWER_BYTES = 40 * 1024 * 1024;
+/** An exec answer holds two streams of at most EXEC_OUTPUT_CAP_BYTES each, which JSON may
+ *  grow 6-fold (a control byte is `\u0000`), plus framing. */
+export const MAX_AGENT_ANSWER_BYTES = 2 * 6 * EXEC_OUTPUT_CAP_BYTES + 1024 * 1024;
 
 const stringMap = Joi.object().pattern(/^/, Joi.string().allow(''));
 
@@ -54,7 +52,6 @@ export const snapshotsSchema = Joi.object({
   snapshots: Joi.array().max(100000).items(Joi.object({ name: Joi.string().max(255).required(), createdAt: Joi.string().max(64).required(), sizeBytes: Joi.number().min(0).required() })).required(),
 });
 
-export const healthSchema = Joi.object({ node: Joi.string().max(63).required(), version: Joi.string().max(64).required(), storage: Joi.string().max(2000).required() });
 
 /** The error codes an agent may answer; anything else is read as `internal`. */
 export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'not_found', 'conflict', 'unavailable', 'internal', 'insufficient_storage'];
@@ -63,6 +60,6 @@ export const errorBodySchema = Joi.object({
   error: Joi.object({
     code: Joi.string().max(64).required(),
     message: Joi.string().max(4000).allow('').required(),
-    details: Joi.array().max(100).items(Joi.object({ field: Joi.string().max(200).allow(''), issue: Joi.string().max(2000).allow('') })),
+    details: Joi.array().max(100).items(Joi.object({ field: Joi.string().max(200).allow('').required(), issue: Joi.string().max(2000).allow('').required() })),
   }).required(),
 });

@@ -6,6 +6,9 @@
  * `conflict` for a box that is not running, `unavailable` for a node that does not answer.
  */
 
+/** Each of stdout and stderr of a collected exec is kept up to this many bytes. */
+export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
+
 export interface ExecRequest {
   command: string[];
   cwd?: string;
@@ -42,13 +45,6 @@ export interface BoxLimits {
   ramMb?: number;
 }
 
-export interface NodeHealth {
-  node: string;
-  version: string;
-  /** "ok" or why the node's storage failed its check. */
-  storage: string;
-}
-
 export interface NodeClient {
   readonly nodeId: string;
   /** Runs a command in a running box and collects its output. */
@@ -56,5 +52,4 @@ export interface NodeClient {
   /** Changes the cgroup limits of a running box at once. */
   updateLimits(boxId: string, limits: BoxLimits): Promise<void>;
   listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]>;
-  health(): Promise<NodeHealth>;
 }

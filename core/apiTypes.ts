@@ -4,11 +4,9 @@
  * here runs.
  */
 import type { ShownBoxStatus } from './box';
+import type { ErrorDetail } from './errors';
 
-export interface ErrorDetail {
-  field: string;
-  issue: string;
-}
+export type { ErrorDetail };
 
 export interface ErrorBody {
   error: { code: string; message: string; details: ErrorDetail[] };

@@ -76,9 +76,9 @@ export async function showBoxes(ctx: DomainContext, boxes: BoxRecord[]): Promise
 
 export const showBox = async (ctx: DomainContext, box: BoxRecord): Promise<Box> => (await showBoxes(ctx, [box]))[0];
 
-export async function loadBox(ctx: Pick<DomainContext, 'db'>, identity: Identity, project: string, name: string): Promise<BoxRecord> {
+export async function loadBox(ctx: Pick<DomainContext, 'db'>, identity: Identity, project: string, name: string, opts: { lock?: boolean } = {}): Promise<BoxRecord> {
   assertProject(identity, project, `box ${project}/${name}`);
-  const box = await boxesRepo.get(ctx.db, project, name);
+  const box = await boxesRepo.get(ctx.db, project, name, opts);
   if (!box) throw notFound(`box ${project}/${name}`);
   return box;
 }
@@ -101,8 +101,10 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
   const [boxName, snapshot] = spec.split('@');
   const src = await boxesRepo.get(ctx.db, project, boxName);
   if (!src) throw invalidField('fork', `box ${project}/${boxName} does not exist`);
-  if (!canFork(src.status)) throw conflict(`box ${boxName} is ${src.status}; it can be forked once it is running or stopped`);
   const node = await ctx.nodes.client(src.node);
+  // Judged on the state it will be in: a source with a delete queued is not forked.
+  const projected = projectedStatus(src.status, await pendingActions(ctx.db, src.id));
+  if (!canFork(projected)) throw conflict(`box ${boxName} is ${projected === src.status ? src.status : `going to be ${projected}`}; it can be forked once it is running or stopped`);
   if (snapshot) {
     const snaps = await node.listSnapshots(src.id);
     if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
@@ -122,6 +124,10 @@ function checkCreateRules(req: CreateBoxRequest) {
   for (const [i, m] of (req.data_mounts ?? []).entries()) throw invalidField(`data_mounts.${i}.name`, `data volume ${m.name} does not exist`);
   if (req.fork && req.base) throw invalidField('fork', 'give base or fork, not both');
 }
+
+/** The state-machine actions queued or running on a box, in arrival order. */
+const pendingActions = async (db: DomainContext['db'], boxId: string): Promise<BoxAction[]> =>
+  (await operationsRepo.unfinishedForBox(db, boxId)).map((p) => boxActionOf(p.kind)).filter((a): a is BoxAction => a !== undefined);
 
 /** Queues a box job on the box's node, recording the operation with its project. */
 const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], box: BoxRecord, msg: JobMessage<P>, identity: Identity) =>
@@ -192,10 +198,12 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
  */
 export async function changeBoxState(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>): Promise<Accepted<Box>> {
   const current = await loadBox(ctx, identity, project, name);
+  if (action === 'delete' && (await ctx.nodes.forgotten(current.node))) return forgetLostBox(ctx, identity, current);
   await ctx.nodes.assertUp(current.node);
   const operation = await ctx.db.transaction(async (trx) => {
-    const box = await loadBox({ db: trx }, identity, project, name);
-    const pending = (await operationsRepo.unfinishedForBox(trx, box.id)).map((p) => boxActionOf(p.kind)).filter((a): a is BoxAction => a !== undefined);
+    // Locked (Postgres), so that two api processes cannot both take an action on one box.
+    const box = await loadBox({ db: trx }, identity, project, name, { lock: true });
+    const pending = await pendingActions(trx, box.id);
     if (!allowed(action, box.status, pending)) {
       const projected = projectedStatus(box.status, pending);
       throw conflict(`box ${project}/${name} is ${projected === box.status ? box.status : `going to be ${projected}`}; cannot ${action} it`);
@@ -204,6 +212,18 @@ export async function changeBoxState(ctx: DomainContext, identity: Identity, pro
     return enqueueBoxJob(ctx, trx, box, boxJobs[action].of({ boxId: box.id }), identity);
   });
   return { operation, load: reload(ctx, current.id) };
+}
+
+/** A box whose node was removed for good has nothing left on any host: its delete is the row
+ *  alone, done at once (the operation is recorded as succeeded). */
+async function forgetLostBox(ctx: DomainContext, identity: Identity, box: BoxRecord): Promise<Accepted<Box>> {
+  const operation = await ctx.db.transaction(async (trx) => {
+    await boxesRepo.remove(trx, box.id);
+    return ctx.queue.recordDone(trx, boxJobs.delete.of({ boxId: box.id }), {
+      resource: boxPath(box.project, box.name), node: box.node, project: box.project, boxId: box.id, createdBy: identity.name,
+    });
+  });
+  return { operation, load: async () => null };
 }
 
 export async function updateBox(ctx: DomainContext, identity: Identity, project: string, name: string, req: UpdateBoxRequest): Promise<Box> {

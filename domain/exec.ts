@@ -20,8 +20,9 @@ export const DEFAULT_EXEC_TIMEOUT_SECS = 300;
 /** DESIGN.md §4 exec: synchronous, through the box's node (in-process or its agent). */
 export async function execInBox(ctx: DomainContext, identity: Identity, project: string, name: string, req: ExecRequest): Promise<ExecResult> {
   const box = await loadBox(ctx, identity, project, name);
-  if (!canExec(box.status)) throw conflict(`box ${project}/${name} is ${box.status}; exec needs it running`);
+  // The node first: a box on a node that is down is `unknown`, whatever its row says (503).
   const node = await ctx.nodes.client(box.node);
+  if (!canExec(box.status)) throw conflict(`box ${project}/${name} is ${box.status}; exec needs it running`);
   const r = await node.exec(box.id, {
     command: req.shell ? ['/bin/sh', '-c', req.command.join(' ')] : req.command,
     cwd: req.cwd,

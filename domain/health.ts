@@ -1,36 +1,36 @@
 import type { DomainContext } from './context';
 import type { Health } from '../core/apiTypes';
+import { settleWithin } from '../core/timeout';
 
 const CHECK_TIMEOUT_MS = 2000;
 
-async function check(fn: () => Promise<unknown>): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([fn(), new Promise((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 2 s')), CHECK_TIMEOUT_MS)))]);
-    return 'ok';
-  } catch (e) {
-    return `error: ${(e as Error).message}`;
-  } finally {
-    clearTimeout(timer);
-  }
+/** "ok", or that the check failed (the raw error goes to the log, not to this public route). */
+async function check(ctx: DomainContext, name: string, fn: () => Promise<unknown>): Promise<string> {
+  const outcome = await settleWithin(
+    fn().then(() => 'ok', (e: Error) => e),
+    CHECK_TIMEOUT_MS,
+    new Error(`no answer within ${CHECK_TIMEOUT_MS / 1000} s`),
+  );
+  if (outcome === 'ok') return 'ok';
+  ctx.log.warn({ check: name, err: (outcome as Error).message }, 'health check failed');
+  return 'error';
 }
 
 /**
- * DESIGN.md §3: any failing check makes the host `degraded`. `storage` is what every node that
- * is up last said of its storage; `workers` counts worker processes over all nodes' queues;
- * `nodes` (an addition) says, per node, `ok` or why it is down.
+ * DESIGN.md §3: any failing check makes the host `degraded`. `storage` fails when a node that is
+ * up last reported its storage failing; `workers` counts worker processes over all nodes'
+ * queues; `nodes` (an addition) says, per node, `ok`, `down` or `storage error`.
  */
 export async function checkHealth(ctx: DomainContext): Promise<Health> {
-  const [db, redis] = await Promise.all([check(() => ctx.db.raw('select 1')), check(() => ctx.queue.ping())]);
+  const [db, redis] = await Promise.all([check(ctx, 'db', () => ctx.db.raw('select 1')), check(ctx, 'redis', () => ctx.queue.ping())]);
   let nodes: Record<string, string> = {};
   let storage = 'ok';
   let workers = 0;
   if (db === 'ok') {
-    const list = await ctx.nodes.list();
-    nodes = Object.fromEntries(list.map((n) => [n.id, n.status === 'up' ? 'ok' : `down: ${n.reason}`]));
-    const failing = list.filter((n) => n.status === 'up' && n.storage !== 'ok');
-    if (failing.length) storage = failing.map((n) => (list.length > 1 ? `node ${n.id}: ${n.storage}` : n.storage)).join('; ');
-    if (list.length === 0) storage = 'error: no node has registered';
+    const list = await ctx.nodes.list({ committed: false });
+    // Public route: which check fails, not why (GET /v1/nodes tells an admin the reasons).
+    nodes = Object.fromEntries(list.map((n) => [n.id, n.status === 'up' ? (n.storage === 'ok' ? 'ok' : 'storage error') : 'down']));
+    if (list.length === 0 || list.some((n) => n.status === 'up' && n.storage !== 'ok')) storage = 'error';
     const counts = await Promise.all(list.map((n) => ctx.queue.workersAlive(n.id).catch(() => 0)));
     workers = counts.reduce((a, b) => a + b, 0);
   }

@@ -4,6 +4,8 @@ import { conflict, invalidField, notFound, unavailable } from '../core/errors';
 import type { NodeClient } from '../cluster/types';
 import { HttpNodeClient } from '../cluster/httpClient';
 import type { Node } from '../core/apiTypes';
+import { boxesRepo } from '../db/repos/boxes';
+import { operationsRepo } from '../db/repos/operations';
 
 export interface NodeDirectoryOptions {
   /** BOXHOST_CLUSTER_SECRET: what the api shows the node agents. */
@@ -56,13 +58,15 @@ export class NodeDirectory {
     return null;
   }
 
-  /** Node id → why it is down, for every node of `ids` that is down (reads stay one query). */
+  /** Node id → why it is down, for every registered node of `ids` that is down (one query). */
   async downNodes(ids: Iterable<string>): Promise<Map<string, string>> {
     const wanted = [...new Set(ids)].filter((id) => !this.local.has(id));
     const out = new Map<string, string>();
     if (wanted.length === 0) return out;
     const rows = new Map((await this.rows()).map((r) => [r.id, r]));
     for (const id of wanted) {
+      // A node forgotten for good has no row; its boxes' rows already say they are lost.
+      if (!rows.has(id)) continue;
       const reason = this.downReason(id, rows.get(id));
       if (reason) out.set(id, reason);
     }
@@ -88,13 +92,13 @@ export class NodeDirectory {
 
   /** 503 unless the node is up (for queued work that would only wait). */
   async assertUp(id: string): Promise<void> {
-    const reason = (await this.downNodes([id])).get(id);
+    const reason = this.downReason(id, (await this.rows()).find((r) => r.id === id));
     if (reason) throw unavailable(reason);
   }
 
   /**
    * The node a new box goes to (docs/decisions.md "Placement"): among the nodes of the region
-   * that are up and active, the one with the most free RAM (capacity − committed), then the
+   * that are up, active and whose storage answers, the one with the most free RAM (capacity − committed), then the
    * most free CPUs, then the fewest boxes, then the lowest id.
    */
   async place(region: string): Promise<string> {
@@ -102,11 +106,9 @@ export class NodeDirectory {
     if (rows.length === 0 && this.local.size === 0) throw unavailable('no node has registered yet: start a node');
     const inRegion = rows.filter((r) => r.region === region);
     if (inRegion.length === 0) throw invalidField('config.region', `no node serves region ${region} (regions: ${[...new Set(rows.map((r) => r.region))].join(', ') || 'none'})`);
-    const candidates = inRegion.filter((r) => r.state === 'active' && this.downReason(r.id, r) === null);
-    if (candidates.length === 0) {
-      const why = inRegion.map((r) => (r.state !== 'active' ? `node ${r.id} is ${r.state}` : this.downReason(r.id, r))).join('; ');
-      throw unavailable(`no node of region ${region} can take a box now: ${why}`);
-    }
+    const unfit = (r: NodeRow) => (r.state !== 'active' ? `node ${r.id} is ${r.state}` : (this.downReason(r.id, r) ?? (r.storage !== 'ok' ? `node ${r.id}'s storage is failing` : null)));
+    const candidates = inRegion.filter((r) => unfit(r) === null);
+    if (candidates.length === 0) throw unavailable(`no node of region ${region} can take a box now: ${inRegion.map(unfit).join('; ')}`);
     if (candidates.length === 1) return candidates[0].id;
     const committed = await nodesRepo.committed(this.db);
     const free = (r: NodeRow) => {
@@ -144,8 +146,9 @@ export class NodeDirectory {
     };
   }
 
-  async list(): Promise<Node[]> {
-    const [rows, committed] = await Promise.all([this.rows(true), nodesRepo.committed(this.db)]);
+  /** Every node; `committed: false` skips summing the boxes (health and metrics need none). */
+  async list(opts: { committed?: boolean } = {}): Promise<Node[]> {
+    const [rows, committed] = await Promise.all([this.rows(true), opts.committed === false ? new Map<string, Committed>() : nodesRepo.committed(this.db)]);
     return rows.map((r) => this.view(r, committed.get(r.id)));
   }
 
@@ -162,12 +165,29 @@ export class NodeDirectory {
     return this.get(id);
   }
 
-  /** Forgets a node that holds no boxes (a node that starts again registers anew). */
-  async remove(id: string): Promise<void> {
+  /**
+   * Forgets a node. One that is up is refused (it would register again). One that holds boxes
+   * is refused unless `force`: then the node is gone for good (a dead machine), its boxes are
+   * marked failed (they can be deleted: their rows go, nothing on a host is touched), its
+   * unfinished operations fail, and its queue is dropped.
+   */
+  async remove(id: string, opts: { force?: boolean; queue?: { drop(node: string): Promise<void> } } = {}): Promise<void> {
     const n = await this.get(id);
-    if (n.committed.boxes > 0) throw conflict(`node ${id} still holds ${n.committed.boxes} boxes; delete or move them first`);
     if (n.status === 'up') throw conflict(`node ${id} is up; stop its process first (a running node registers again)`);
-    await nodesRepo.remove(this.db, id);
+    if (n.committed.boxes > 0 && !opts.force) {
+      throw conflict(`node ${id} still holds ${n.committed.boxes} boxes; delete them, or force the removal of a node that is gone for good (its boxes are then lost)`);
+    }
+    await this.db.transaction(async (trx) => {
+      await boxesRepo.failOnNode(trx, id, `node ${id} was removed while down: this box is lost; delete it`);
+      await operationsRepo.failOnNode(trx, id, `lost: node ${id} was removed`);
+      await nodesRepo.remove(trx, id);
+    });
+    await opts.queue?.drop(id);
     this.cache = undefined;
+  }
+
+  /** Whether boxes on node `id` are orphans of a node removed for good (no row, not here). */
+  async forgotten(id: string): Promise<boolean> {
+    return !this.local.has(id) && !(await nodesRepo.get(this.db, id));
   }
 }

@@ -133,6 +133,24 @@ export class OperationQueue {
     return (await operationsRepo.get(trx, row.id))!;
   }
 
+  /** Records an operation that needed no job (it is done as it is taken): succeeded at once. */
+  async recordDone<P>(trx: Db, msg: JobMessage<P>, meta: EnqueueMeta): Promise<OperationRow> {
+    const at = now();
+    const id = newId('op');
+    await operationsRepo.insert(trx, {
+      id, kind: msg.kind, status: 'succeeded', resource: meta.resource, box_id: meta.boxId ?? null, project: meta.project ?? null, node: meta.node,
+      progress: 100, error: null, payload: JSON.stringify(msg.payload ?? {}), created_by: meta.createdBy ?? null, created_at: at, updated_at: at,
+    });
+    return (await operationsRepo.get(trx, id))!;
+  }
+
+  /** Drops a node's queue and every job in it (a node removed for good). */
+  async drop(node: string): Promise<void> {
+    await withTimeout(this.queueOf(node).obliterate({ force: true }), 10_000, 'the job queue (Redis) is not answering');
+    await this.queueOf(node).close();
+    this.queues.delete(node);
+  }
+
   /** Answers the operation row once it finishes, or as it is when `timeoutMs` runs out. The
    *  workers' announcements wake the wait; the db stays the truth, read again at least every
    *  500 ms in case an announcement was missed (Redis reconnecting). */

@@ -1,11 +1,11 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import expressWs from 'express-ws';
 import express from 'express';
 import { Config, ConfigError, ensureDataDir } from '../core/config';
 import { createLogger, Logger } from '../core/logger';
 import { EmbeddedRedis, queuePrefix, redisOptions } from '../core/redis';
 import { sha256 } from '../core/ids';
+import { listen } from '../core/listen';
 import { createDb, migrate, Db } from '../db/knex';
 import { OperationQueue } from '../jobs/queue';
 import { jobHandlers } from '../jobs';
@@ -131,20 +131,9 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       app.use(routesApp);
       host.api = api;
       host.app = routesApp;
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(config.port, config.host, () => resolve());
-      });
-      closers.push(
-        () =>
-          new Promise<void>((resolve) => {
-            server.close(() => resolve());
-            server.closeAllConnections();
-          }),
-      );
-      const addr = server.address() as AddressInfo;
-      const hostPart = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      host.url = `http://${hostPart}:${addr.port}`;
+      const listening = await listen(server, config.port, config.host);
+      closers.push(listening.close);
+      host.url = listening.url;
       log.info({ url: host.url }, 'api listening');
     }
     return host;

@@ -355,7 +355,7 @@ t.test('box CLI against a real host', async (t) => {
 
     const rm = await run('node', 'rm', 'local');
     t.equal(rm.code, 1);
-    t.match(rm.stderr, /^error: node local still holds \d+ boxes/m, 'a node that holds boxes is not forgotten');
+    t.match(rm.stderr, /^error: node local is up; stop its process first/m, 'a node that is up is not forgotten');
     t.equal((await host.call('DELETE', '/v1/nodes/local')).status, 409);
     t.equal((await host.call('GET', '/v1/nodes/nowhere')).status, 404);
     t.equal((await host.call('PUT', '/v1/nodes/local', { body: { state: 'gone' } })).status, 400);
@@ -363,11 +363,24 @@ t.test('box CLI against a real host', async (t) => {
     t.equal((await host.call('GET', '/v1/nodes', { token: tok })).status, 403, 'nodes are for unlimited tokens');
     t.equal((await run('rm', 'yes', ...p, '--wait')).code, 0);
 
-    // A node that stopped long ago and holds nothing is forgotten.
+    // A machine that died an hour ago, with a box on it: forgotten only with --force; its box
+    // then reads failed, and deleting it removes the row at once.
     const at = new Date(Date.now() - 3600_000).toISOString();
     await host.db('nodes').insert({ id: 'ghost', name: 'ghost', region: 'local', agent_url: null, state: 'active', cpus: 1, ram_mb: 1024, disk_gb: 1, version: '0.1.0', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at });
-    t.match((await ok(t, 'node', 'ls')).stdout, /^ghost\s+local\s+active\s+down\s/m);
-    t.match((await ok(t, 'node', 'rm', 'ghost')).stdout, /^forgot node ghost$/m);
+    await host.db('projects').insert({ name: 'cli-ghost', net_index: 200, created_at: at }).onConflict('name').ignore();
+    await host.db('boxes').insert({ id: 'bghostbox0000001', project: 'cli-ghost', name: 'orphan', status: 'running', error: null, base: null, fork: null, config: JSON.stringify({ cpus: 1, ram_mb: 64, storage_gb: 1, region: 'local' }), environment: null, tags: null, data_mounts: null, lifecycle: null, pack: null, pack_rev: null, rollback_to: null, termination_grace_period_seconds: 10, url_settings: null, node: 'ghost', address: null, created_at: at, updated_at: at });
+    t.match((await ok(t, 'node', 'ls')).stdout, /^ghost\s+local\s+active\s+down\s+1\s/m);
+    t.match(json(await ok(t, 'get', 'orphan', '-p', 'cli-ghost', '--json')), { status: 'unknown', error: /node ghost is not answering/ });
+    const held = await run('node', 'rm', 'ghost');
+    t.equal(held.code, 1);
+    t.match(held.stderr, /^error: node ghost still holds 1 boxes/m, 'a down node with boxes needs --force');
+    t.equal((await run('rm', 'orphan', '-p', 'cli-ghost')).code, 1, 'its box cannot be deleted while the node may come back (503)');
+    t.match((await ok(t, 'node', 'rm', 'ghost', '--force')).stdout, /^forgot node ghost; its boxes are failed and can be deleted$/m);
     t.equal((await host.call('GET', '/v1/nodes/ghost')).status, 404);
+    t.match(json(await ok(t, 'get', 'orphan', '-p', 'cli-ghost', '--json')), { status: 'failed', error: 'node ghost was removed while down: this box is lost; delete it' });
+    const del = await host.call('DELETE', '/v1/projects/cli-ghost/boxes/orphan?wait=10');
+    t.equal(del.status, 204, 'the lost box is deleted at once');
+    t.match((await host.call('GET', `/v1/operations/${del.headers.get('operation-id')}`)).body, { kind: 'box.delete', status: 'succeeded' });
+    t.equal((await host.call('GET', '/v1/projects/cli-ghost/boxes/orphan')).status, 404);
   });
 });

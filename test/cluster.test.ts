@@ -97,7 +97,7 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.equal((await sh('pa', 'a2-fork', 'cat /root/f')).stdout, 'forked-data\n');
   });
 
-  t.test('projects stay apart across nodes; the agent is out of the boxes\' reach', async (t) => {
+  t.test('no path between boxes of different nodes; the agent is out of the boxes\' reach', async (t) => {
     const listen = 'while true; do echo pong | nc -l -p 7070; done';
     await call('POST', '/v1/projects/pa/boxes/a1/exec', { command: ['sh', '-c', listen], no_hup: true });
     await call('POST', '/v1/projects/pb/boxes/b1/exec', { command: ['sh', '-c', listen], no_hup: true });
@@ -117,6 +117,8 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.notMatch(cross.stdout, /pong/, 'a box of pb on n2 cannot reach a box of pa on n1');
     const back = await sh('pa', 'a1', `echo ping | timeout 3 nc ${b1.address} 7070; echo rc=$?`);
     t.notMatch(back.stdout, /pong/, 'nor the other way');
+    const sameProject = await sh('pa', 'a2', `echo ping | timeout 3 nc ${a1.address} 7070; echo rc=$?`);
+    t.notMatch(sameProject.stdout, /pong/, 'even boxes of one project on two nodes do not reach each other (no overlay yet: docs/nodes.md)');
 
     const noSecret = await request(`http://127.0.0.1:${agent2}`, 'GET', '/agent/v1/health', null);
     t.equal(noSecret.status, 401, 'the agent refuses a call without the secret');
@@ -158,7 +160,7 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.equal((await call('POST', '/v1/projects/pa/boxes/a2/stop')).status, 503, 'a new operation is refused with 503');
     const health = await call('GET', '/healthz', undefined, null);
     t.equal(health.status, 503);
-    t.match(health.body.checks.nodes, { n1: 'ok', n2: /^down: node n2 is not answering/ });
+    t.same(health.body.checks.nodes, { n1: 'ok', n2: 'down' }, 'which node is down, not why (public route)');
     const list = (await call('GET', '/v1/projects/pa/boxes')).body.boxes;
     t.same(list.map((b: any) => [b.name, b.status]), [['a1', 'running'], ['a2', 'unknown'], ['a2-fork', 'unknown'], ['a3', 'running']]);
 

@@ -4,9 +4,9 @@ import t from 'tap';
 
 /**
  * The layers import only downward (docs/architecture.md "Layers"): core at the bottom, the api
- * never reaching a host driver, jobs and workers not importing each other both ways, the CLI
- * sharing only the API types. Read from the TypeScript sources, so a new import that breaks a
- * rule fails here before it ships.
+ * never reaching a host driver or a host program, jobs and workers not importing each other
+ * both ways, the CLI sharing only the API types. Read from the TypeScript sources, so a new
+ * import that breaks a rule fails here before it ships.
  */
 const root = path.resolve(__dirname, '..', '..');
 
@@ -21,6 +21,12 @@ const LAYERS: Record<string, string[]> = {
   cli: ['cli', 'core/apiTypes', 'core/box'],
 };
 
+/** Layers that run no host program: no child processes, not even through a core module. */
+const NO_HOST_PROGRAMS = ['core', 'db', 'jobs', 'cluster', 'domain', 'api', 'cli'];
+/** The core modules that do spawn: the command runner (used by the node side), the embedded
+ *  redis-server (started by the composition root), `git rev-parse` for /version. */
+const SPAWNERS = new Set(['core/command.ts', 'core/redis.ts', 'core/version.ts']);
+
 function sources(dir: string): string[] {
   const out: string[] = [];
   for (const e of fs.readdirSync(path.join(root, dir), { withFileTypes: true })) {
@@ -31,12 +37,19 @@ function sources(dir: string): string[] {
   return out;
 }
 
-/** Every relative module a file imports (static imports, re-exports, require, import()). */
-function importsOf(file: string): string[] {
-  const text = fs.readFileSync(path.join(root, file), 'utf8');
-  const specs = [...text.matchAll(/(?:from\s+|require\(\s*|import\(\s*|^import\s+)['"]([^'"]+)['"]/gm)].map((m) => m[1]);
-  return specs.filter((s) => s.startsWith('.')).map((s) => path.normalize(path.join(path.dirname(file), s)));
-}
+const read = (file: string) => fs.readFileSync(path.join(root, file), 'utf8');
+
+/** Every module a text imports (static imports, re-exports, require, import()). */
+const specifiers = (text: string) => [...text.matchAll(/(?:from\s+|require\(\s*|import\(\s*|^import\s+)['"]([^'"]+)['"]/gm)].map((m) => m[1]);
+
+/** The repo modules a file imports, as paths from the repo root (no extension). */
+const importsOf = (file: string, text = read(file)) =>
+  specifiers(text)
+    .filter((s) => s.startsWith('.'))
+    .map((s) => path.normalize(path.join(path.dirname(file), s)));
+
+const runsHostPrograms = (file: string, text = read(file)) =>
+  specifiers(text).some((s) => /^(node:)?child_process$/.test(s)) || importsOf(file, text).some((f) => f === 'core/command');
 
 const allowed = (layer: string, target: string) => LAYERS[layer].some((l) => target === l || target.startsWith(`${l}/`));
 
@@ -73,10 +86,20 @@ t.test('the api reaches no host driver, not even through another module', async 
   t.same(reached, [], 'no workers/ or server/ file is loaded by the api');
 });
 
-t.test('the check catches a violation (positive control)', async (t) => {
+t.test('only the node side runs host programs', async (t) => {
+  const offenders: string[] = [];
+  for (const layer of NO_HOST_PROGRAMS) for (const file of sources(layer)) if (!SPAWNERS.has(file) && runsHostPrograms(file)) offenders.push(file);
+  t.same(offenders, [], 'no module of api/, domain/, cluster/, jobs/, db/, cli/ or core/ (but the three spawners) spawns a program');
+});
+
+t.test('the checks catch a violation (positive controls)', async (t) => {
+  t.same(importsOf('api/routes/boxes/x.ts', "import { RuncRuntime } from '../../../workers/runtime/runc';"), ['workers/runtime/runc'], 'an import is read');
   t.notOk(allowed('api', 'workers/runtime/runc'), 'api → workers is refused');
   t.notOk(allowed('core', 'db/knex'), 'core → db is refused');
   t.notOk(allowed('jobs', 'workers/boxSteps'), 'jobs → workers is refused');
   t.ok(allowed('workers', 'jobs/types'), 'workers → jobs is allowed');
-  t.same(importsOf('server/host.ts').filter((f) => f.startsWith('workers/')).length > 0, true, 'imports are read (server/host.ts imports workers/)');
+  t.ok(runsHostPrograms('domain/x.ts', "import { spawn } from 'node:child_process';"), 'child_process is caught');
+  t.ok(runsHostPrograms('domain/x.ts', "import { run } from '../core/command';"), 'the host command runner is caught');
+  t.notOk(runsHostPrograms('domain/x.ts', "import { now } from '../core/ids';"), 'an innocent import is not');
+  t.ok(importsOf('server/host.ts').some((f) => f.startsWith('workers/')), 'real files are read (server/host.ts imports workers/)');
 });

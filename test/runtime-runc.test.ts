@@ -269,7 +269,11 @@ t.test('a box runs', async (t) => {
     t.equal(r.exitCode, -1);
     t.equal(r.detached, true);
     t.ok(r.pid > 0);
-    t.equal(fs.readFileSync(`/proc/${r.pid}/cmdline`, 'utf8'), 'sleep\x00300\x00', 'the host pid of the process');
+    // The pid is the process's from the start; its cmdline becomes `sleep 300` once the
+    // in-box launcher has exec'd it (a few ms after the answer, under load).
+    let cmdline = '';
+    for (let i = 0; i < 100 && cmdline !== 'sleep\x00300\x00'; i++, await sleep(20)) cmdline = fs.readFileSync(`/proc/${r.pid}/cmdline`, 'utf8');
+    t.equal(cmdline, 'sleep\x00300\x00', 'the host pid of the process');
     const ps = (await ex(['ps', '-o', 'ppid,args'])).stdout;
     t.match(ps, /^\s*1\s+sleep 300$/m, 'a child of the box init');
     await t.rejects(ex(['sleep', '1'], { detach: true, cwd: '/nope' }), ExecInputError);

@@ -31,22 +31,31 @@ export async function describeNode(opts: { id: string; name?: string; region: st
 export async function startHeartbeat(db: Db, node: LocalNode, registration: NodeRegistration, intervalMs: number, log: Logger): Promise<Heartbeat> {
   await nodesRepo.register(db, registration);
   let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
   let beat: Promise<void> = Promise.resolve();
   const tick = async () => {
     try {
-      await nodesRepo.heartbeat(db, registration.id, await node.storageHealth());
+      const storage = await node.storageHealth();
+      // No row: an admin forgot this node while it was hung. It is alive: register again.
+      if (!stopped && (await nodesRepo.heartbeat(db, registration.id, storage)) === 0) await nodesRepo.register(db, registration);
     } catch (e) {
       log.warn({ err: (e as Error).message }, 'heartbeat not written');
     }
   };
-  const timer = setInterval(() => {
-    if (!stopped) beat = tick();
-  }, intervalMs);
-  timer.unref();
+  // One beat at a time, the next one `intervalMs` after the last one ended.
+  const schedule = () => {
+    timer = setTimeout(() => {
+      beat = tick().then(() => {
+        if (!stopped) schedule();
+      });
+    }, intervalMs);
+    timer.unref();
+  };
+  schedule();
   return {
     async stop() {
       stopped = true;
-      clearInterval(timer);
+      clearTimeout(timer);
       await beat;
       await nodesRepo.signOff(db, registration.id).catch((e) => log.warn({ err: (e as Error).message }, 'sign-off not written'));
     },

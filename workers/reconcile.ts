@@ -33,6 +33,10 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     report.lostOperations.push(op.id);
   }
 
+  // Host objects are listed before the rows are read: another worker of this node may be making
+  // a new box meanwhile, and its row exists before its first object does, so whatever is listed
+  // here without a row is truly an orphan.
+  const [containers, netns, roots] = await Promise.all([ctx.runtime.list(), ctx.network.listAttached(), ctx.storage.listBoxRoots()]);
   const boxes = await boxesRepo.onNode(ctx.db, ctx.config.nodeId);
   const known = new Set(boxes.map((b) => b.id));
 
@@ -56,19 +60,19 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     }
   }
 
-  for (const c of await ctx.runtime.list()) {
+  for (const c of containers) {
     if (known.has(c.boxId)) continue;
     await ctx.runtime.remove(c.boxId);
     report.orphanContainers.push(c.boxId);
   }
   const projects = await projectsRepo.list(ctx.db);
-  for (const id of await ctx.network.listAttached()) {
+  for (const id of netns) {
     if (known.has(id)) continue;
     // The bridge of an orphan is unknown: detaching from each project network is harmless.
     for (const p of projects) await ctx.network.detach(id, { index: p.net_index }).catch(() => undefined);
     report.orphanNetworks.push(id);
   }
-  for (const id of await ctx.storage.listBoxRoots()) {
+  for (const id of roots) {
     if (known.has(id)) continue;
     await ctx.storage.destroyBoxRoot(id);
     report.orphanRoots.push(id);

@@ -7,7 +7,7 @@ import { BoxhostError, invalid, notFound, statusOf } from '../../core/errors';
 export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   let error: BoxhostError;
   const e = err as any;
-  if (err instanceof BoxhostError) error = err;
+  if (err instanceof BoxhostError && err.code !== 'internal') error = err;
   else if (e?.type === 'entity.parse.failed') error = invalid(`the body is not valid JSON: ${e.message}`, [{ field: 'body', issue: 'not valid JSON' }]);
   else if (e?.type === 'entity.too.large') error = new BoxhostError('payload_too_large', `the body is larger than the limit of ${e.limit} bytes`);
   else if (e?.type === 'encoding.unsupported' || e?.type === 'charset.unsupported') error = invalid(e.message);

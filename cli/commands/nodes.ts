@@ -75,11 +75,12 @@ export function register(program: Command): void {
 
   nodes
     .command('rm <id>')
-    .description('forget a stopped node that holds no boxes (DELETE /v1/nodes/{id})')
+    .description('forget a node that is down and holds no boxes (DELETE /v1/nodes/{id})')
+    .option('--force', 'the node is gone for good: forget it with its boxes (they are marked failed, to be deleted)')
     .action(
-      action(async (ctx, [id]) => {
-        await ctx.client.delete(apiPath('v1', 'nodes', id));
-        if (!ctx.json) say(`forgot node ${id}`);
+      action<{ force?: boolean }>(async (ctx, [id], opts) => {
+        await ctx.client.delete(apiPath('v1', 'nodes', id), { query: { force: opts.force ? true : undefined } });
+        if (!ctx.json) say(opts.force ? `forgot node ${id}; its boxes are failed and can be deleted` : `forgot node ${id}`);
       }),
     );
 }

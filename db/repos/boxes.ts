@@ -82,8 +82,10 @@ export interface ListFilter {
 }
 
 export const boxesRepo = {
-  get: async (db: Db, project: string, name: string) => {
-    const r = await db<BoxRow>('boxes').where({ project, name }).first();
+  /** `lock`: FOR UPDATE inside a transaction (Postgres; sqlite serialises writers anyway). */
+  get: async (db: Db, project: string, name: string, opts: { lock?: boolean } = {}) => {
+    const q = db<BoxRow>('boxes').where({ project, name }).first();
+    const r = await (opts.lock ? q.forUpdate() : q);
     return r ? decodeBox(r) : undefined;
   },
   byId: async (db: Db, id: string) => {
@@ -94,6 +96,7 @@ export const boxesRepo = {
   update: (db: Db, id: string, patch: Partial<BoxRecord>) => db<BoxRow>('boxes').where({ id }).update({ ...encode(patch), updated_at: now() }),
   remove: (db: Db, id: string) => db<BoxRow>('boxes').where({ id }).delete(),
   onNode: async (db: Db, node: string) => (await db<BoxRow>('boxes').where({ node })).map(decodeBox),
+  failOnNode: (db: Db, node: string, error: string) => db<BoxRow>('boxes').where({ node }).update({ status: 'failed', error, address: null, updated_at: now() }),
   /** One page of boxes in (project, name) order, after the cursor. */
   async page(db: Db, f: ListFilter): Promise<BoxRecord[]> {
     const q = db<BoxRow>('boxes').orderBy([{ column: 'project' }, { column: 'name' }]).limit(f.limit);

@@ -22,29 +22,6 @@ export interface OperationRow {
   updated_at: string;
 }
 
-/** GET /v1/operations/{id} */
-export interface Operation {
-  id: string;
-  kind: string;
-  status: OperationStatus;
-  resource: string;
-  progress: number | null;
-  error: string | null;
-  created_at: string;
-  updated_at: string;
-}
-
-export const toOperation = (r: OperationRow): Operation => ({
-  id: r.id,
-  kind: r.kind,
-  status: r.status,
-  resource: r.resource,
-  progress: r.progress,
-  error: r.error,
-  created_at: r.created_at,
-  updated_at: r.updated_at,
-});
-
 export const isFinished = (s: OperationStatus) => s === 'succeeded' || s === 'failed';
 
 export const operationsRepo = {
@@ -61,6 +38,8 @@ export const operationsRepo = {
       .whereIn('status', ['queued', 'running'])
       .orderBy('seq')
       .first(),
+  failOnNode: (db: Db, node: string, error: string) =>
+    db<OperationRow>('operations').where({ node }).whereIn('status', ['queued', 'running']).update({ status: 'failed', error, updated_at: now() }),
   /** The unfinished operations queued on one node. */
   unfinishedOnNode: (db: Db, node: string) => db<OperationRow>('operations').where({ node }).whereIn('status', ['queued', 'running']).orderBy('seq'),
   unfinishedForBox: (db: Db, boxId: string) =>

@@ -1,6 +1,6 @@
 import { conflict, invalid } from '../../core/errors';
-import { versionInfo } from '../../core/version';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient, NodeHealth } from '../../cluster/types';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from '../../cluster/types';
+import { settleWithin } from '../../core/timeout';
 import type { RuntimeDriver, StorageDriver } from '../drivers';
 import { BoxNotRunningError, ExecInputError } from '../errors';
 
@@ -41,23 +41,23 @@ export class LocalNode implements NodeClient {
     return this.storage.listBoxSnapshots(boxId);
   }
 
-  async health(): Promise<NodeHealth> {
-    return { node: this.nodeId, version: versionInfo().version, storage: await this.storageHealth() };
+  private healthCheck?: Promise<string>;
+  private healthStarted = 0;
+
+  /**
+   * "ok", or why the storage failed (or did not answer in time). One check at a time: while a
+   * hung pool keeps a check waiting, later calls answer at once instead of piling up
+   * commands.
+   */
+  async storageHealth(): Promise<string> {
+    if (this.healthCheck) return `error: no answer (a check has been waiting for ${Math.round((Date.now() - this.healthStarted) / 1000)} s)`;
+    this.healthStarted = Date.now();
+    const check = this.storage.health().then(
+      () => 'ok',
+      (e: Error) => `error: ${e.message}`,
+    );
+    this.healthCheck = check.finally(() => (this.healthCheck = undefined));
+    return settleWithin(check, HEALTH_TIMEOUT_MS, `error: no answer within ${HEALTH_TIMEOUT_MS / 1000} s`);
   }
 
-  /** "ok", or why the storage failed (or did not answer in time). */
-  async storageHealth(): Promise<string> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        this.storage.health(),
-        new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${HEALTH_TIMEOUT_MS / 1000} s`)), HEALTH_TIMEOUT_MS))),
-      ]);
-      return 'ok';
-    } catch (e) {
-      return `error: ${(e as Error).message}`;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
 }

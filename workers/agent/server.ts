@@ -1,12 +1,13 @@
 import crypto from 'node:crypto';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import express, { NextFunction, Request, Response } from 'express';
 import type Joi from 'joi';
 import { BoxhostError, invalid, notFound, statusOf, unauthenticated } from '../../core/errors';
 import type { Logger } from '../../core/logger';
 import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, limitsSchema } from '../../cluster/protocol';
 import type { LocalNode } from './localNode';
+import { versionInfo } from '../../core/version';
+import { listen, Listening } from '../../core/listen';
 import type { ExecRequest } from '../../cluster/types';
 
 export interface AgentOptions {
@@ -19,17 +20,16 @@ export interface AgentOptions {
   holdsBox(boxId: string): Promise<boolean>;
 }
 
-export interface Agent {
-  /** The address it listens on, as `http://host:port`. */
-  url: string;
-  close(): Promise<void>;
-}
+export type Agent = Listening;
 
+/** The contract's error for anything thrown; an unexpected one is logged here in full and
+ *  answered without its text (host command lines and paths stay on the node). */
 function toError(err: unknown, path: string, log: Logger): BoxhostError {
-  if (err instanceof BoxhostError) return err;
+  if (err instanceof BoxhostError && err.code !== 'internal') return err;
   if ((err as { type?: string })?.type === 'entity.parse.failed') return invalid('the body is not valid JSON');
-  log.error({ err, path }, 'agent call failed');
-  return new BoxhostError('internal', (err as Error).message ?? 'internal error');
+  const ref = crypto.randomUUID();
+  log.error({ err, path, ref }, 'agent call failed');
+  return new BoxhostError('internal', `internal error on the node (ref ${ref})`);
 }
 
 const digest = (s: string) => crypto.createHash('sha256').update(s).digest();
@@ -72,7 +72,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     }
   };
 
-  app.get(agentRoutes.health, handle(() => opts.node.health()));
+  app.get(agentRoutes.health, handle(async () => ({ node: opts.node.nodeId, version: versionInfo().version, storage: await opts.node.storageHealth() })));
   // Exec answers its headers at once and the outcome in the body (`{result}` or `{error}`),
   // so the api tells a long exec from a hung node within seconds.
   app.post(agentRoutes.exec, async (req: Request, res: Response, next: NextFunction) => {
@@ -104,18 +104,5 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
 
   const server = http.createServer(app);
   server.keepAliveTimeout = 60_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => resolve());
-  });
-  const addr = server.address() as AddressInfo;
-  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  return {
-    url: `http://${host}:${addr.port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+  return listen(server, opts.port, opts.host);
 }

@@ -10,9 +10,10 @@ import { ExecInputError } from '../errors';
 import { resolveUser } from './accounts';
 import { CWD_FAILED_CODE, CWD_FAILED_MARK, superviseExec } from './execProcess';
 import { BOX_BUSYBOX, validateEnvironment } from './ociSpec';
+import { EXEC_OUTPUT_CAP_BYTES } from '../../cluster/types';
 
 /** Each of stdout and stderr of a collected exec is kept up to this many bytes; the rest is dropped. */
-export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
+export { EXEC_OUTPUT_CAP_BYTES };
 export const SCRIPT_BIN = '/usr/bin/script';
 
 /**

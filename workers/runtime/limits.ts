@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import type { BoxLimits } from '../../cluster/types';
 
 /**
  * The one place a box's cpu and memory limits become numbers. The OCI spec of a new container
@@ -9,10 +10,7 @@ import fs from 'node:fs';
 export const CPU_PERIOD_US = 100_000;
 export const MIN_RAM_MB = 4;
 
-export interface BoxLimits {
-  cpus?: number;
-  ramMb?: number;
-}
+export type { BoxLimits };
 
 /** The memory and cpu parts of OCI `linux.resources`; a part left out is not changed. */
 export interface ResourceParts {
