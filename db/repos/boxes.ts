@@ -2,21 +2,12 @@ import type { Db } from '../knex';
 import { fromJson, toJson } from '../json';
 import { now } from '../../core/ids';
 import type { BoxStatus } from '../../core/box';
+import type { BoxConfig, DataMount as ApiDataMount } from '../../core/apiTypes';
 
-export type { BoxStatus };
+export type { BoxStatus, BoxConfig };
 
-export interface BoxConfig {
-  cpus: number;
-  ram_mb: number;
-  region: string;
-  storage_gb: number;
-}
-
-export interface DataMount {
-  name: string;
-  path: string;
-  read_only: boolean;
-}
+/** A data mount as stored (the api adds `ownership`). */
+export type DataMount = Omit<ApiDataMount, 'ownership'>;
 
 export interface BoxRow {
   id: string;

@@ -1,4 +1,5 @@
 import type { Db } from '../knex';
+import type { Grant } from '../../core/apiTypes';
 
 export interface GrantRow {
   name: string;
@@ -8,13 +9,7 @@ export interface GrantRow {
   updated_at: string;
 }
 
-export interface Grant {
-  name: string;
-  permissions: Record<string, string>;
-  repositories: string[];
-  created_at: string;
-  updated_at: string;
-}
+export type { Grant };
 
 export const toGrant = (r: GrantRow): Grant => ({
   name: r.name,

@@ -1,5 +1,6 @@
 import type { Db } from '../knex';
 import { fromJson, toJson } from '../json';
+import type { Token as ApiToken } from '../../core/apiTypes';
 
 export interface TokenRow {
   id: string;
@@ -11,14 +12,8 @@ export interface TokenRow {
   last_used_at: string | null;
 }
 
-export interface Token {
-  id: string;
-  name: string;
-  projects: string[] | null;
-  created_at: string;
-  expires_at: string | null;
-  last_used_at: string | null;
-}
+/** A token as the api shows it (only a create answer adds the secret). */
+export type Token = Omit<ApiToken, 'token'>;
 
 export const toToken = (r: TokenRow): Token => ({
   id: r.id,
