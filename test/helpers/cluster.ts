@@ -150,7 +150,9 @@ export async function startUnprivilegedApi(t: Test, shared: Record<string, strin
   fs.chownSync(dataDir, Number(NOBODY), Number(NOBODY));
   t.teardown(() => fs.rmSync(home, { recursive: true, force: true }));
   const env = { ...shared, PATH: bin, HOME: dataDir, BOXHOST_DATA_DIR: dataDir, BOXHOST_PORT: '0', BOXHOST_HOST: '127.0.0.1' };
-  const argv0 = ['/usr/bin/setpriv', `--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '--inh-caps=-all', '--bounding-set=-all'];
+  // `env -u NODE_OPTIONS`: tap adds a loader of its own (a file under the checkout, which the
+  // unprivileged user may not read) to every child's NODE_OPTIONS; the api runs without it.
+  const argv0 = ['/usr/bin/env', '-u', 'NODE_OPTIONS', '/usr/bin/setpriv', `--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '--inh-caps=-all', '--bounding-set=-all'];
   const proc = new RoleProcess('api', env, argv0, cwd).start();
   t.teardown(() => proc.kill());
   const m = await proc.waitFor(/"url":"(http:\/\/[^"]+)","msg":"api listening"/);
