@@ -21,6 +21,9 @@ export interface ExecRequest {
   timeoutMs?: number;
   /** Bytes sent on stdin (non-detached only). */
   stdin?: Buffer;
+  /** Aborting it ends the process (its caller went away); the result then says exit 137. Not
+   *  sent on the wire: the agent aborts when the api's request is closed. */
+  signal?: AbortSignal;
 }
 
 export interface ExecResult {

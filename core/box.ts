@@ -71,6 +71,22 @@ export function repairFor(status: BoxStatus, containerRunning: boolean): Repair 
   return 'none';
 }
 
+/**
+ * The host ids a project's boxes run as (docs/security.md): every box runs in a user namespace
+ * whose ids 0…65535 map to this range of unprivileged host ids, one range per project (so a
+ * process that escapes one project's box is an unmapped stranger to every other project's
+ * files). Ranges start at 1 000 000, as LXD's do, clear of the host's own users and of the
+ * usual /etc/subuid ranges.
+ */
+export interface IdMap {
+  /** First host id; box id 0 (root) is this host id. */
+  hostId: number;
+  size: number;
+}
+export const ID_RANGE_BASE = 1_000_000;
+export const ID_RANGE_SIZE = 65_536;
+export const projectIdMap = (projectIndex: number): IdMap => ({ hostId: ID_RANGE_BASE + projectIndex * ID_RANGE_SIZE, size: ID_RANGE_SIZE });
+
 /** A base version as stored: `busybox` + `3f2a…`. */
 export interface BaseRef {
   name: string;

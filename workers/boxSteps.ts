@@ -1,7 +1,7 @@
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
-import type { RootSource } from '../core/box';
+import { projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
 import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver } from './drivers';
 import type { Db } from '../db/knex';
@@ -27,9 +27,11 @@ export class BoxSteps implements BoxHost {
     return { index: p.net_index };
   }
 
-  /** The root and the netns do not depend on each other: made side by side. */
+  /** The root (in the project's id range) and the netns do not depend on each other: made
+   *  side by side. */
   async createRoot(box: BoxRecord, source: RootSource): Promise<void> {
-    await Promise.all([this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb), this.d.network.prepare(box.id)]);
+    const net = await this.projectNetwork(box.project);
+    await Promise.all([this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, projectIdMap(net.index)), this.d.network.prepare(box.id)]);
   }
 
   /**
@@ -39,6 +41,8 @@ export class BoxSteps implements BoxHost {
    */
   async start(box: BoxRecord): Promise<void> {
     const netnsPath = await this.d.network.prepare(box.id);
+    // Every await before the Promise.all: a start that fails fast must already have its handler.
+    const net = await this.projectNetwork(box.project);
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -48,9 +52,8 @@ export class BoxSteps implements BoxHost {
       ramMb: box.config.ram_mb,
       environment: box.environment,
       mounts: [],
+      idMap: projectIdMap(net.index),
     };
-    // Every await before the Promise.all: a start that fails fast must already have its handler.
-    const net = await this.projectNetwork(box.project);
     const [, attachment] = await Promise.all([this.d.runtime.start(spec), this.d.network.attach(box.id, net)]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
   }
@@ -59,10 +62,14 @@ export class BoxSteps implements BoxHost {
     await this.d.runtime.stop(box.id, box.termination_grace_period_seconds ?? 10);
   }
 
+  /** Removes the box's objects; the project's bridge and rules go with its last box here. */
   async destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void> {
     await this.d.runtime.remove(box.id);
     const p = await projectsRepo.get(this.d.db, box.project);
-    if (p) await this.d.network.detach(box.id, { index: p.net_index });
+    if (p) {
+      await this.d.network.detach(box.id, { index: p.net_index });
+      await this.d.network.releaseProject({ index: p.net_index });
+    }
     await this.d.storage.destroyBoxRoot(box.id);
   }
 }

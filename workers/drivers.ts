@@ -1,8 +1,8 @@
-import type { BaseRef, RootSource } from '../core/box';
+import type { BaseRef, IdMap, RootSource } from '../core/box';
 import type { Readable, Writable } from 'node:stream';
 import type { ExecRequest, ExecResult } from '../cluster/types';
 
-export type { BaseRef, RootSource };
+export type { BaseRef, IdMap, RootSource };
 
 /**
  * The narrow interfaces between job handlers and the host. One file per backend implements
@@ -36,9 +36,11 @@ export interface StorageDriver {
   destroyBase(base: BaseRef): Promise<void>;
   baseSizeBytes(base: BaseRef): Promise<number>;
 
-  /** Clones a new box root from `source`, with `storageGb` as refquota; answers the mounted
-   *  directory. Idempotent (an existing root is kept). */
-  createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string>;
+  /** Clones a new box root from `source`, with `storageGb` as its quota; answers the mounted
+   *  directory. With `idMap`, a root from a base is cloned from that base's copy shifted into
+   *  the id range (made once per range and kept); a fork's source is in the range already.
+   *  Idempotent (an existing root is kept). */
+  createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string>;
   /** The mounted directory of a box root (need not exist). */
   boxRootPath(boxId: string): string;
   hasBoxRoot(boxId: string): Promise<boolean>;
@@ -80,6 +82,9 @@ export interface NetworkDriver {
   detach(boxId: string, net: ProjectNetwork): Promise<void>;
   /** Box ids that have a netns on this host (for reconciliation). */
   listAttached(): Promise<string[]>;
+  /** Removes a project's bridge and its rules once no box of the project is on it; answers
+   *  false (and changes nothing) while one still is. Idempotent. */
+  releaseProject(net: ProjectNetwork): Promise<boolean>;
 }
 
 export interface ContainerSpec {
@@ -94,6 +99,8 @@ export interface ContainerSpec {
   environment: Record<string, string>;
   /** Extra bind mounts (data volumes). */
   mounts: { source: string; destination: string; readOnly: boolean }[];
+  /** The user namespace's mapping: box ids 0…size-1 are host ids hostId…; absent: none. */
+  idMap?: IdMap;
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';

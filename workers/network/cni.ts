@@ -355,7 +355,7 @@ export class CniNetwork implements NetworkDriver {
   }
 
   /** Removes a project's bridge once no box is on it. Idempotent; answers false while in use. */
-  async removeProjectNetwork(net: ProjectNetwork): Promise<boolean> {
+  async releaseProject(net: ProjectNetwork): Promise<boolean> {
     const name = this.bridgeName(net.index);
     const ports = await run(['ip', '-j', 'link', 'show', 'master', name], { allowFailure: true });
     if (ports.exitCode === 0 && ports.stdout.trim() && ports.stdout.trim() !== '[]') return false;

@@ -59,6 +59,13 @@ export class MockNetwork extends WithFaults<Method> implements NetworkDriver {
     this.netns.delete(boxId);
   }
 
+  async releaseProject(net: ProjectNetwork): Promise<boolean> {
+    this.fault('releaseProject');
+    if ((this.leases.get(net.index)?.size ?? 0) > 0) return false;
+    this.leases.delete(net.index);
+    return true;
+  }
+
   async listAttached(): Promise<string[]> {
     this.fault('listAttached');
     return [...this.netns].sort();

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { BaseRef, RootSource, StorageDriver } from '../drivers';
+import type { BaseRef, IdMap, RootSource, StorageDriver } from '../drivers';
 import { StorageInUseError } from './zfs';
 import { WithFaults } from '../mockFaults';
 
@@ -12,8 +12,10 @@ export interface MockBoxRoot {
   source: RootSource;
   /** The base its data descends from, whatever the chain of forks in between. */
   base: BaseRef;
-  /** The refquota it was made with. */
+  /** The quota it was made with. */
   storageGb?: number;
+  /** The id range its files were shifted into (a fork inherits its source's). */
+  idMap?: IdMap;
   /** User snapshots (name → creation time), in creation order. */
   snapshots: Map<string, string>;
 }
@@ -94,11 +96,12 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
     return b.sizeBytes;
   }
 
-  async createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string> {
+  async createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
     this.fault('createBoxRoot');
     if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);
     if (this.roots.has(boxId)) return this.boxRootPath(boxId);
     let base: BaseRef;
+    let ids = idMap;
     if (source.kind === 'base') {
       if (!this.bases.has(baseKey(source.base))) throw new Error(`base ${baseKey(source.base)} does not exist`);
       base = source.base;
@@ -107,8 +110,9 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
       if (!src) throw new Error(`box root ${source.boxId} does not exist`);
       if (source.snapshot !== undefined && !src.snapshots.has(source.snapshot)) throw new Error(`box ${source.boxId} has no snapshot ${source.snapshot}`);
       base = src.base;
+      ids = src.idMap;
     }
-    this.roots.set(boxId, { source, base, storageGb, snapshots: new Map() });
+    this.roots.set(boxId, { source, base, storageGb, idMap: ids, snapshots: new Map() });
     return this.boxRootPath(boxId);
   }
 
