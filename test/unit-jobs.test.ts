@@ -13,7 +13,7 @@ import { boxesRepo, BoxRecord } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
 import { createLogger } from '../core/logger';
 import { newBoxId, newId, now } from '../core/ids';
-import type { BaseRef } from '../core/box';
+import { projectIdMap, type BaseRef } from '../core/box';
 import type { JobContext, JobHandler } from '../jobs/types';
 import type { BoxHost } from '../jobs/ports';
 import type { BoxRef } from '../jobs/boxJobs';
@@ -131,7 +131,7 @@ t.test('create: creating → running, with its root, container and address', asy
   t.equal(after.status, 'running');
   t.equal(after.error, null);
   t.equal(after.address, `10.250.${await netIndex(box.project)}.2`, 'the first address of its project network');
-  t.same(h.storage.root(box.id), { source: fromBase, base: BASE, storageGb: 3, snapshots: new Map() }, 'root cloned from the base with its refquota');
+  t.same(h.storage.root(box.id), { source: fromBase, base: BASE, storageGb: 3, idMap: projectIdMap(await netIndex(box.project)), snapshots: new Map() }, 'root cloned from the base with its quota, in the project\'s id range');
   t.equal(await h.runtime.status(box.id), 'running');
   t.same(await h.network.listAttached(), [box.id]);
   t.equal(h.runtime.starts.length, 1);
