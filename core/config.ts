@@ -40,6 +40,16 @@ export interface Config {
   redisPrefix: string;
   heartbeatMs: number;
   nodeTimeoutMs: number;
+  /** What a node offers: capacity × these (docs/security.md "Admission"). */
+  overcommit: { cpu: number; ram: number; storage: number };
+  /** Per-project quotas unless the project has its own (PUT /v1/projects/{project}). */
+  projectQuotas: { boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes: number };
+  /** Requests per second per token (sustained) and the burst above it. */
+  rateLimit: { rps: number; burst: number };
+  /** Concurrent execs at most per box, per token and per node. */
+  execLimits: { perBox: number; perToken: number; perNode: number };
+  /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
+  protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
    *  and iptables chains of hosts that run side by side (tests) apart. */
   hostTag: string;
@@ -78,6 +88,20 @@ const envSchema = Joi.object({
   BOXHOST_REDIS_PREFIX: Joi.string().pattern(/^[A-Za-z0-9:_.-]{1,64}$/).default('boxhost'),
   BOXHOST_HEARTBEAT_SECS: Joi.number().min(0.1).max(60).default(2),
   BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
+  BOXHOST_CPU_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(32),
+  BOXHOST_RAM_OVERCOMMIT: Joi.number().min(0.1).max(100).default(1.5),
+  BOXHOST_STORAGE_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(1),
+  BOXHOST_PROJECT_MAX_BOXES: Joi.number().integer().min(0).default(1000),
+  BOXHOST_PROJECT_MAX_CPUS: Joi.number().integer().min(0).default(1000),
+  BOXHOST_PROJECT_MAX_RAM_MB: Joi.number().integer().min(0).default(1024 * 1024),
+  BOXHOST_PROJECT_MAX_STORAGE_GB: Joi.number().integer().min(0).default(10 * 1024),
+  BOXHOST_PROJECT_MAX_VOLUMES: Joi.number().integer().min(0).default(100),
+  BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
+  BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
+  BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
+  BOXHOST_EXEC_MAX_PER_TOKEN: Joi.number().integer().min(1).max(100000).default(64),
+  BOXHOST_EXEC_MAX_PER_NODE: Joi.number().integer().min(1).max(100000).default(256),
+  BOXHOST_PROTECTED_NETS: Joi.string().allow('').default(''),
 }).unknown(true);
 
 export class ConfigError extends Error {}
@@ -131,6 +155,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     redisPrefix: value.BOXHOST_REDIS_PREFIX,
     heartbeatMs: Math.round(value.BOXHOST_HEARTBEAT_SECS * 1000),
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
+    overcommit: { cpu: value.BOXHOST_CPU_OVERCOMMIT, ram: value.BOXHOST_RAM_OVERCOMMIT, storage: value.BOXHOST_STORAGE_OVERCOMMIT },
+    projectQuotas: {
+      boxes: value.BOXHOST_PROJECT_MAX_BOXES,
+      cpus: value.BOXHOST_PROJECT_MAX_CPUS,
+      ram_mb: value.BOXHOST_PROJECT_MAX_RAM_MB,
+      storage_gb: value.BOXHOST_PROJECT_MAX_STORAGE_GB,
+      volumes: value.BOXHOST_PROJECT_MAX_VOLUMES,
+    },
+    rateLimit: { rps: value.BOXHOST_RATE_LIMIT_RPS, burst: value.BOXHOST_RATE_LIMIT_BURST },
+    execLimits: { perBox: value.BOXHOST_EXEC_MAX_PER_BOX, perToken: value.BOXHOST_EXEC_MAX_PER_TOKEN, perNode: value.BOXHOST_EXEC_MAX_PER_NODE },
+    protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
   };
 }
