@@ -91,10 +91,23 @@ export interface ExecResult {
   truncated: boolean;
 }
 
+/** What a project may hold at most (docs/security.md "Quotas"). */
+export interface ProjectQuotas {
+  boxes: number;
+  cpus: number;
+  ram_mb: number;
+  storage_gb: number;
+  volumes: number;
+}
+
 export interface Project {
   name: string;
   created_at: string;
   box_count: number;
+  /** Its quotas: its own where set, else the host's defaults. */
+  quotas: ProjectQuotas;
+  /** What its boxes hold now, against the quotas. */
+  usage: ProjectQuotas;
 }
 
 export interface Token {
@@ -169,6 +182,8 @@ export interface Node {
   started_at: string;
   heartbeat_at: string | null;
   capacity: ResourceCounts;
+  /** What boxes may be promised in all: capacity × the node's overcommit ratios. */
+  allocatable: ResourceCounts;
   committed: ResourceCounts & { boxes: number };
   created_at: string;
   updated_at: string;

@@ -12,8 +12,10 @@ import { boxActionOf, boxJobs } from '../jobs/boxJobs';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
+import { assertQuota } from './projects';
 
-export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 10 };
+/** A box's config when the create names none (docs/decisions.md "Boxes"). */
+export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 2 };
 
 export interface CreateBoxRequest {
   name: string;
@@ -97,7 +99,7 @@ async function resolveBase(ctx: DomainContext, spec: string) {
 }
 
 /** A fork clones on its source's node (a ZFS clone is node-local), so it goes there. */
-async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; region: string }> {
+async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig }> {
   const [boxName, snapshot] = spec.split('@');
   const src = await boxesRepo.get(ctx.db, project, boxName);
   if (!src) throw invalidField('fork', `box ${project}/${boxName} does not exist`);
@@ -109,8 +111,10 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
     const snaps = await node.listSnapshots(src.id);
     if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
   }
-  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, region: src.config.region };
+  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config };
 }
+
+const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: c.storage_gb });
 
 /** The create rules of the spec that need more than the schema. */
 function checkCreateRules(req: CreateBoxRequest) {
@@ -138,19 +142,24 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   checkCreateRules(req);
   if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
 
-  let region = req.config?.region ?? ctx.config.region;
   let source: RootSource;
   let base: string | null;
   let node: string;
+  let config: BoxConfig;
   if (req.fork) {
+    // A fork holds its source's files: it takes its source's config unless the request says
+    // otherwise, and stays in its region (on its node).
     const fork = await resolveFork(ctx, project, req.fork);
-    if (req.config?.region && req.config.region !== fork.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.region}`);
-    ({ source, base, node, region } = fork);
+    if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
+    ({ source, base, node } = fork);
+    config = { ...fork.config, ...(req.config ?? {}) };
+    await ctx.nodes.assertRoom(node, needOf(config));
   } else {
+    config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
     const row = await resolveBase(ctx, req.base ?? ctx.config.defaultBase);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
-    node = await ctx.nodes.place(region);
+    node = await ctx.nodes.place(config.region, needOf(config));
   }
 
   const at = now();
@@ -162,7 +171,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     error: null,
     base,
     fork: req.fork ?? null,
-    config: { ...BOX_DEFAULTS, ...(req.config ?? {}), region } as BoxConfig,
+    config,
     environment: req.environment ?? {},
     tags: req.tags ?? {},
     data_mounts: [],
@@ -180,6 +189,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   try {
     const operation = await ctx.db.transaction(async (trx) => {
       await projectsRepo.ensure(trx, project);
+      await assertQuota(ctx, trx, project, { boxes: 1, ...needOf(config) });
       await boxesRepo.insert(trx, box);
       return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
     });
@@ -230,7 +240,15 @@ export async function updateBox(ctx: DomainContext, identity: Identity, project:
   const box = await loadBox(ctx, identity, project, name);
   if (!canUpdate(box.status)) throw conflict(`box ${project}/${name} is being deleted`);
   const patch: Partial<BoxRecord> = {};
-  if (req.config) patch.config = { ...box.config, ...req.config };
+  if (req.config) {
+    patch.config = { ...box.config, ...req.config };
+    // Growing limits must fit the node and the project.
+    const more = { cpus: Math.max(0, patch.config.cpus - box.config.cpus), ram_mb: Math.max(0, patch.config.ram_mb - box.config.ram_mb), storage_gb: 0 };
+    if (more.cpus > 0 || more.ram_mb > 0) {
+      await ctx.nodes.assertRoom(box.node, more);
+      await assertQuota(ctx, ctx.db, box.project, { boxes: 0, ...more });
+    }
+  }
   if (req.tags) patch.tags = req.tags;
   if (req.termination_grace_period_seconds !== undefined) patch.termination_grace_period_seconds = req.termination_grace_period_seconds;
   // Limits change live on a running container (through its node); a stopped one gets them at

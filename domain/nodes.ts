@@ -1,6 +1,6 @@
 import type { Db } from '../db/knex';
 import { Committed, NodeRow, NodeState, nodesRepo } from '../db/repos/nodes';
-import { conflict, invalidField, notFound, unavailable } from '../core/errors';
+import { BoxhostError, conflict, invalidField, notFound, unavailable } from '../core/errors';
 import type { NodeClient } from '../cluster/types';
 import { HttpNodeClient } from '../cluster/httpClient';
 import type { Node } from '../core/apiTypes';
@@ -18,6 +18,37 @@ export interface NodeDirectoryOptions {
 const CACHE_MS = 500;
 
 const EMPTY: Committed = { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+
+/** What a box asks of its node (a delta for an update). */
+export interface Need {
+  cpus: number;
+  ram_mb: number;
+  storage_gb: number;
+}
+
+type Resource = 'cpus' | 'ram_mb' | 'storage';
+
+/** The resources of `need` a node cannot promise on top of what it has promised (null
+ *  allocatable: a node of an older version, which is not held to any). */
+function shortOf(r: NodeRow, c: Committed, need: Need): Resource[] {
+  const out: Resource[] = [];
+  if (need.cpus > 0 && r.alloc_cpus !== null && c.cpus + need.cpus > r.alloc_cpus) out.push('cpus');
+  if (need.ram_mb > 0 && r.alloc_ram_mb !== null && c.ram_mb + need.ram_mb > r.alloc_ram_mb) out.push('ram_mb');
+  if (need.storage_gb > 0 && r.alloc_disk_gb !== null && c.disk_gb + need.storage_gb > r.alloc_disk_gb) out.push('storage');
+  return out;
+}
+
+/** The refusal: 507 insufficient_storage when storage alone is short on every node, else 409. */
+function noRoom(where: string, nodes: [NodeRow, Committed][], need: Need): BoxhostError {
+  const shorts = nodes.map(([r, c]) => [r, c, shortOf(r, c, need)] as const);
+  const what = (res: Resource, r: NodeRow, c: Committed) =>
+    res === 'cpus' ? `${c.cpus} of ${r.alloc_cpus} cpus` : res === 'ram_mb' ? `${c.ram_mb} of ${r.alloc_ram_mb} MB RAM` : `${c.disk_gb} of ${r.alloc_disk_gb} GB storage`;
+  const why = shorts.map(([r, c, s]) => `node ${r.id} has ${s.map((res) => what(res, r, c)).join(', ')} promised`).join('; ');
+  const asked = `${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
+  const message = `${where} has room for ${asked} more: ${why}`;
+  const details = [...new Set(shorts.flatMap(([, , s]) => s))].map((res) => ({ field: res === 'storage' ? 'config.storage_gb' : `config.${res}`, issue: 'no node has room for it' }));
+  return new BoxhostError(shorts.every(([, , s]) => s.length === 1 && s[0] === 'storage') ? 'insufficient_storage' : 'conflict', message, details);
+}
 
 /**
  * The nodes as the api sees them: which are up, how to reach each (`client`), and where a new
@@ -98,10 +129,12 @@ export class NodeDirectory {
 
   /**
    * The node a new box goes to (docs/decisions.md "Placement"): among the nodes of the region
-   * that are up, active and whose storage answers, the one with the most free RAM (capacity − committed), then the
-   * most free CPUs, then the fewest boxes, then the lowest id.
+   * that are up, active, whose storage answers and that have room for `need` (committed +
+   * need ≤ what the node may promise), the one with the most free RAM, then the most free
+   * CPUs, then the fewest boxes, then the lowest id. No room anywhere: 507 when storage is what
+   * runs out everywhere, else 409 (docs/security.md "Admission").
    */
-  async place(region: string): Promise<string> {
+  async place(region: string, need: Need): Promise<string> {
     const rows = await this.rows();
     if (rows.length === 0 && this.local.size === 0) throw unavailable('no node has registered yet: start a node');
     const inRegion = rows.filter((r) => r.region === region);
@@ -109,18 +142,28 @@ export class NodeDirectory {
     const unfit = (r: NodeRow) => (r.state !== 'active' ? `node ${r.id} is ${r.state}` : (this.downReason(r.id, r) ?? (r.storage !== 'ok' ? `node ${r.id}'s storage is failing` : null)));
     const candidates = inRegion.filter((r) => unfit(r) === null);
     if (candidates.length === 0) throw unavailable(`no node of region ${region} can take a box now: ${inRegion.map(unfit).join('; ')}`);
-    if (candidates.length === 1) return candidates[0].id;
     const committed = await nodesRepo.committed(this.db);
+    const withRoom = candidates.filter((r) => shortOf(r, committed.get(r.id) ?? EMPTY, need).length === 0);
+    if (withRoom.length === 0) throw noRoom(`no node of region ${region}`, candidates.map((r) => [r, committed.get(r.id) ?? EMPTY]), need);
     const free = (r: NodeRow) => {
       const c = committed.get(r.id) ?? EMPTY;
       return { ram: r.ram_mb - c.ram_mb, cpus: r.cpus - c.cpus, boxes: c.boxes };
     };
-    candidates.sort((a, b) => {
+    withRoom.sort((a, b) => {
       const fa = free(a);
       const fb = free(b);
       return fb.ram - fa.ram || fb.cpus - fa.cpus || fa.boxes - fb.boxes || a.id.localeCompare(b.id);
     });
-    return candidates[0].id;
+    return withRoom[0].id;
+  }
+
+  /** 507/409 unless node `id` has room for `need` more (a fork on its source's node, a box
+   *  growing its limits). */
+  async assertRoom(id: string, need: Need): Promise<void> {
+    const row = (await this.rows()).find((r) => r.id === id);
+    if (!row) return; // a node of this process that has not registered yet: nothing to hold
+    const c = (await nodesRepo.committed(this.db)).get(id) ?? EMPTY;
+    if (shortOf(row, c, need).length) throw noRoom(`node ${id}`, [[row, c]], need);
   }
 
   // ------------------------------------------------------------------ admin (GET/PUT/DELETE /v1/nodes)
@@ -140,6 +183,7 @@ export class NodeDirectory {
       started_at: r.started_at,
       heartbeat_at: r.heartbeat_at,
       capacity: { cpus: r.cpus, ram_mb: r.ram_mb, disk_gb: r.disk_gb },
+      allocatable: { cpus: r.alloc_cpus ?? r.cpus, ram_mb: r.alloc_ram_mb ?? r.ram_mb, disk_gb: r.alloc_disk_gb ?? r.disk_gb },
       committed: committed ?? EMPTY,
       created_at: r.created_at,
       updated_at: r.updated_at,

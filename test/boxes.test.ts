@@ -29,7 +29,7 @@ t.test('boxes', async (t) => {
     const box = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
     t.equal(box.status, 'running');
     t.match(box.base, /^busybox@[0-9a-f]{12}$/);
-    t.same(box.config, { cpus: 1, ram_mb: 512, storage_gb: 10, region: 'local' });
+    t.same(box.config, { cpus: 1, ram_mb: 512, storage_gb: 2, region: 'local' });
     t.match(box.address, /^10\.\d+\.\d+\.\d+$/);
     t.ok((await zfsList()).includes(boxRoot(box.id)), 'root dataset exists');
 
@@ -42,7 +42,7 @@ t.test('boxes', async (t) => {
     t.equal((await sh('alpha', 'web', 'cat /etc/boxes-env')).stdout, "GREETING='it'\\''s me'\n");
     t.equal((await sh('alpha', 'web', 'echo "$GREETING"')).stdout, "it's me\n", 'environment is set');
     const quota = (await run(['zfs', 'get', '-Hp', '-o', 'value', 'refquota', (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(box.id)))!])).stdout.trim();
-    t.equal(Number(quota), 10 * 1024 ** 3, 'storage_gb is the refquota');
+    t.equal(Number(quota), 2 * 1024 ** 3, 'storage_gb (default 2) is the refquota');
   });
 
   t.test('exec flags', async (t) => {

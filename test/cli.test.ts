@@ -286,7 +286,16 @@ t.test('box CLI against a real host', async (t) => {
     const ls = await ok(t, 'ls', ...p);
     t.match(ls.stdout, /^NAME\s+PROJECT\s+STATUS\s+BASE\s+ADDRESS\s+CREATED$/m);
     t.match(ls.stdout, /^web\s+cli\s+running\s+busybox@\S+\s+\d+\.\d+\.\d+\.\d+\s/m);
-    t.match((await ok(t, 'project', 'ls')).stdout, /^cli\s+1\s/m);
+    t.match((await ok(t, 'project', 'ls')).stdout, /^cli\s+1\/1000\s+1\/1000\s+256\/\d+\s+2\/\d+\s/m);
+    t.match((await ok(t, 'project', 'get', 'cli')).stdout, /^boxes:\s+1 of 1000$/m);
+    const q = await ok(t, 'project', 'quota', 'cli', '--boxes', '1', '--ram-mb', '4096');
+    t.match(q.stdout, /^boxes:\s+1 of 1$/m);
+    t.match(q.stdout, /^ram mb:\s+256 of 4096$/m);
+    const over = await run('create', 'web-too', ...p);
+    t.equal(over.code, 1, 'over the quota');
+    t.match(over.stderr, /^error: project cli is at its quota: boxes 1 of 1 used/m);
+    t.match(json(await ok(t, 'project', 'quota', 'cli', '--reset', 'boxes', '--reset', 'ram_mb', '--json')), { quotas: { boxes: 1000, ram_mb: 1024 * 1024 } });
+    t.equal((await run('project', 'quota', 'cli', '--reset', 'disks')).code, 2, 'an unknown quota is a usage error');
 
     const ex = await run('exec', 'web', ...p, '--', 'sh', '-c', 'echo "$GREETING"; echo to-err >&2; exit 7');
     t.equal(ex.code, 7, 'the command exit code');

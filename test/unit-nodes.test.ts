@@ -570,6 +570,8 @@ t.test('NodeDirectory', async (t) => {
   const dir = (opts: { secret?: string; d?: Db } = {}) => new NodeDirectory(opts.d ?? db, { secret: 'secret' in opts ? opts.secret : SECRET, timeoutMs: TIMEOUT_MS });
   const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
 
+  /** A box's ask that fits every node of these tests. */
+  const SMALL = { cpus: 1, ram_mb: 64, storage_gb: 1 };
   async function addNode(id: string, patch: Partial<NodeRow> = {}): Promise<void> {
     const at = now();
     await db<NodeRow>('nodes').insert({
@@ -601,7 +603,7 @@ t.test('NodeDirectory', async (t) => {
   }
 
   t.test('place: with no node at all → unavailable', async (t) => {
-    const e = await failure(dir({ d: emptyDb }).place('r'));
+    const e = await failure(dir({ d: emptyDb }).place('r', SMALL));
     t.equal(e.code, 'unavailable');
     t.equal(e.message, 'no node has registered yet: start a node');
   });
@@ -632,10 +634,10 @@ t.test('NodeDirectory', async (t) => {
     await addNode('id-a', { region: 'id' });
 
     const d = dir();
-    t.equal(await d.place('ram'), 'ram-b', 'most free RAM');
-    t.equal(await d.place('cpu'), 'cpu-b', 'then most free CPUs');
-    t.equal(await d.place('few'), 'few-b', 'then fewest boxes');
-    t.equal(await d.place('id'), 'id-a', 'then the lowest id');
+    t.equal(await d.place('ram', SMALL), 'ram-b', 'most free RAM');
+    t.equal(await d.place('cpu', SMALL), 'cpu-b', 'then most free CPUs');
+    t.equal(await d.place('few', SMALL), 'few-b', 'then fewest boxes');
+    t.equal(await d.place('id', SMALL), 'id-a', 'then the lowest id');
   });
 
   t.test('place: draining, down, signed-off and storage-failing nodes are skipped', async (t) => {
@@ -643,20 +645,20 @@ t.test('NodeDirectory', async (t) => {
     const big = { ram_mb: 64000, cpus: 64 };
     await addNode('skip-drain', { region: 'skip', state: 'draining', ...big });
     await addNode('skip-down', { region: 'skip', heartbeat_at: ago(60_000), ...big });
-    await nodesRepo.register(db, { id: 'skip-off', name: 'off', region: 'skip', agent_url: null, cpus: 64, ram_mb: 64000, disk_gb: 100, version: '0.1.0' });
+    await nodesRepo.register(db, { id: 'skip-off', name: 'off', region: 'skip', agent_url: null, cpus: 64, ram_mb: 64000, disk_gb: 100, alloc_cpus: null, alloc_ram_mb: null, alloc_disk_gb: null, version: '0.1.0' });
     await nodesRepo.signOff(db, 'skip-off');
-    await nodesRepo.register(db, { id: 'skip-sick', name: 'sick', region: 'skip', agent_url: null, cpus: 64, ram_mb: 64000, disk_gb: 100, version: '0.1.0' });
+    await nodesRepo.register(db, { id: 'skip-sick', name: 'sick', region: 'skip', agent_url: null, cpus: 64, ram_mb: 64000, disk_gb: 100, alloc_cpus: null, alloc_ram_mb: null, alloc_disk_gb: null, version: '0.1.0' });
     await nodesRepo.heartbeat(db, 'skip-sick', 'error: pool tank is UNAVAIL');
     await addNode('skip-small', { region: 'skip', ram_mb: 1024, cpus: 1 });
     await addNode('skip-small2', { region: 'skip', ram_mb: 512, cpus: 1 });
-    t.equal(await dir().place('skip'), 'skip-small');
+    t.equal(await dir().place('skip', SMALL), 'skip-small');
 
     await addNode('none-drain', { region: 'none', state: 'draining' });
     const oldBeat = ago(60_000);
     await addNode('none-down', { region: 'none', heartbeat_at: oldBeat });
     await addNode('none-off', { region: 'none', heartbeat_at: null });
     await addNode('none-sick', { region: 'none', storage: 'error: no answer within 2 s' });
-    const e = await failure(dir().place('none'));
+    const e = await failure(dir().place('none', SMALL));
     t.equal(e.code, 'unavailable');
     t.equal(
       e.message,
@@ -665,7 +667,7 @@ t.test('NodeDirectory', async (t) => {
   });
 
   t.test('place: an unknown region → invalid_argument on config.region', async (t) => {
-    const e = await failure(dir().place('mars'));
+    const e = await failure(dir().place('mars', SMALL));
     t.equal(e.code, 'invalid_argument');
     t.equal(e.details.length, 1);
     t.equal(e.details[0].field, 'config.region');
@@ -673,7 +675,7 @@ t.test('NodeDirectory', async (t) => {
   });
 
   t.test('downNodes and client()', async (t) => {
-    await nodesRepo.register(db, { id: 'up1', name: 'up1', region: 'c', agent_url: 'http://10.0.0.2:8082', cpus: 2, ram_mb: 2048, disk_gb: 10, version: '0.1.0' });
+    await nodesRepo.register(db, { id: 'up1', name: 'up1', region: 'c', agent_url: 'http://10.0.0.2:8082', cpus: 2, ram_mb: 2048, disk_gb: 10, alloc_cpus: null, alloc_ram_mb: null, alloc_disk_gb: null, version: '0.1.0' });
     const oldBeat = ago(TIMEOUT_MS + 5_000);
     await addNode('old1', { region: 'c', heartbeat_at: oldBeat });
     await addNode('edge1', { region: 'c', heartbeat_at: ago(TIMEOUT_MS - 3_000) });

@@ -10,15 +10,32 @@ export interface Heartbeat {
 
 /** What a node says of itself when it registers: the machine's cpus and RAM (or the
  *  configured overrides) and what its pool can hold. */
-export async function describeNode(opts: { id: string; name?: string; region: string; agentUrl: string | null; version: string; cpus?: number; ramMb?: number; diskBytes: number }): Promise<NodeRegistration> {
+export async function describeNode(opts: {
+  id: string;
+  name?: string;
+  region: string;
+  agentUrl: string | null;
+  version: string;
+  cpus?: number;
+  ramMb?: number;
+  diskBytes: number;
+  overcommit: { cpu: number; ram: number; storage: number };
+}): Promise<NodeRegistration> {
+  const cpus = opts.cpus ?? os.cpus().length;
+  const ramMb = opts.ramMb ?? Math.floor(os.totalmem() / 1024 / 1024);
+  const diskGb = Math.floor(opts.diskBytes / 1024 ** 3);
   return {
     id: opts.id,
     name: opts.name ?? os.hostname(),
     region: opts.region,
     agent_url: opts.agentUrl,
-    cpus: opts.cpus ?? os.cpus().length,
-    ram_mb: opts.ramMb ?? Math.floor(os.totalmem() / 1024 / 1024),
-    disk_gb: Math.floor(opts.diskBytes / 1024 ** 3),
+    cpus,
+    ram_mb: ramMb,
+    disk_gb: diskGb,
+    // What boxes may be promised in all (docs/security.md "Admission").
+    alloc_cpus: Math.floor(cpus * opts.overcommit.cpu),
+    alloc_ram_mb: Math.floor(ramMb * opts.overcommit.ram),
+    alloc_disk_gb: Math.floor(diskGb * opts.overcommit.storage),
     version: opts.version,
   };
 }

@@ -94,6 +94,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
         version: versionInfo().version,
         cpus: config.nodeCpus,
         ramMb: config.nodeRamMb,
+        overcommit: config.overcommit,
         diskBytes: await drivers.storage.capacityBytes(),
       });
       const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log);

@@ -18,6 +18,8 @@ import deleteGrant from './grants/delete';
 import getOperation from './operations/get';
 import waitOperation from './operations/wait';
 import listProjects from './projects/list';
+import getProject from './projects/get';
+import updateProject from './projects/update';
 import createBox from './boxes/create';
 import listBoxes from './boxes/list';
 import getBox from './boxes/get';
@@ -39,7 +41,7 @@ export const routes: RouteDef[] = [
   getAuthSettings, putAuthSettings,
   createGrant, listGrants, getGrant, updateGrant, deleteGrant,
   getOperation, waitOperation,
-  listProjects,
+  listProjects, getProject, updateProject,
   createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
   listNodes, getNode, updateNode, deleteNode,
 ];

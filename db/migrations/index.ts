@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import * as m001 from './001_backbone';
 import * as m002 from './002_boxes';
 import * as m003 from './003_nodes';
+import * as m004 from './004_admission';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -9,6 +10,7 @@ const all: Record<string, Migration> = {
   '001_backbone': m001,
   '002_boxes': m002,
   '003_nodes': m003,
+  '004_admission': m004,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -12,6 +12,11 @@ export interface NodeRow {
   cpus: number;
   ram_mb: number;
   disk_gb: number;
+  /** What boxes may be promised in all: capacity × the node's overcommit (null: unlimited,
+   *  a node of an older version). */
+  alloc_cpus: number | null;
+  alloc_ram_mb: number | null;
+  alloc_disk_gb: number | null;
   version: string;
   started_at: string;
   heartbeat_at: string | null;
@@ -29,7 +34,7 @@ export interface Committed {
   boxes: number;
 }
 
-export type NodeRegistration = Pick<NodeRow, 'id' | 'name' | 'region' | 'agent_url' | 'cpus' | 'ram_mb' | 'disk_gb' | 'version'>;
+export type NodeRegistration = Pick<NodeRow, 'id' | 'name' | 'region' | 'agent_url' | 'cpus' | 'ram_mb' | 'disk_gb' | 'alloc_cpus' | 'alloc_ram_mb' | 'alloc_disk_gb' | 'version'>;
 
 export const nodesRepo = {
   get: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).first(),
@@ -40,7 +45,7 @@ export const nodesRepo = {
     await db<NodeRow>('nodes')
       .insert({ ...n, state: 'active', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at })
       .onConflict('id')
-      .merge(['name', 'region', 'agent_url', 'cpus', 'ram_mb', 'disk_gb', 'version', 'started_at', 'heartbeat_at', 'storage', 'updated_at']);
+      .merge(['name', 'region', 'agent_url', 'cpus', 'ram_mb', 'disk_gb', 'alloc_cpus', 'alloc_ram_mb', 'alloc_disk_gb', 'version', 'started_at', 'heartbeat_at', 'storage', 'updated_at']);
   },
   heartbeat: (db: Db, id: string, storage: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: now(), storage }),
   /** A node that stops cleanly says so at once, instead of letting its heartbeat age. */

@@ -6,13 +6,33 @@ export interface ProjectRow {
   name: string;
   net_index: number;
   created_at: string;
+  /** JSON of the quotas set for the project (absent keys: the defaults). */
+  quotas: string | null;
 }
 
 /** A project's bridge takes a /24 of the box subnet: 256 projects per host. */
 export const MAX_PROJECTS = 256;
 
 export const projectsRepo = {
-  get: (db: Db, name: string) => db<ProjectRow>('projects').where({ name }).first(),
+  /** `lock`: FOR UPDATE inside a transaction (Postgres), so concurrent creates in one project
+   *  check its quotas one after the other. */
+  get: (db: Db, name: string, opts: { lock?: boolean } = {}) => {
+    const q = db<ProjectRow>('projects').where({ name }).first();
+    return opts.lock ? q.forUpdate() : q;
+  },
+  setQuotas: (db: Db, name: string, quotas: Record<string, number>) => db<ProjectRow>('projects').where({ name }).update({ quotas: JSON.stringify(quotas) }),
+  /** What a project's boxes hold: count and summed config. */
+  async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number }> {
+    const out = { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 0 };
+    for (const r of (await db('boxes').where({ project: name }).select('config')) as { config: string }[]) {
+      const c = JSON.parse(r.config) as { cpus: number; ram_mb: number; storage_gb: number };
+      out.boxes += 1;
+      out.cpus += c.cpus;
+      out.ram_mb += c.ram_mb;
+      out.storage_gb += c.storage_gb;
+    }
+    return out;
+  },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
   /** Projects come into being with their first box; this finds or makes one, with the lowest
    *  free network index. Two first boxes of new projects at once can pick the same index: the
@@ -26,7 +46,7 @@ export const projectsRepo = {
       let index = 0;
       while (used.has(index)) index++;
       if (index >= MAX_PROJECTS) throw new Error(`this host holds ${MAX_PROJECTS} projects already`);
-      const row = { name, net_index: index, created_at: now() };
+      const row: ProjectRow = { name, net_index: index, created_at: now(), quotas: null };
       try {
         await db.transaction((sp) => sp<ProjectRow>('projects').insert(row));
         return row;

@@ -110,6 +110,7 @@ export function nodeEnv(t: Test, shared: Record<string, string>, id: string, ext
     BOXHOST_NODE_ID: id,
     BOXHOST_BOX_SUBNET: testSubnet(),
     BOXHOST_POOL_SIZE_GB: '8',
+    BOXHOST_STORAGE_OVERCOMMIT: '100',
     BOXHOST_AGENT_PORT: '0',
     ...extra,
   };

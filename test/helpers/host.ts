@@ -50,6 +50,8 @@ export function testConfig(env: Record<string, string> = {}): Config {
       LOG_LEVEL: 'warn',
       BOXHOST_BOX_SUBNET: testSubnet(),
       BOXHOST_POOL_SIZE_GB: '8',
+      // Test pools are small and sparse; admission itself is tested with its own figures.
+      BOXHOST_STORAGE_OVERCOMMIT: '100',
       ...env,
     },
     { readDotenv: false },

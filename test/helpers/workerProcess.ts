@@ -8,6 +8,7 @@ export function startWorkerProcess(host: TestHost): Promise<ChildProcess> {
     BOXHOST_DATA_DIR: host.config.dataDir,
     BOXHOST_BOX_SUBNET: host.config.boxSubnet,
     BOXHOST_POOL_SIZE_GB: String(host.config.poolSizeGb),
+    BOXHOST_STORAGE_OVERCOMMIT: String(host.config.overcommit.storage),
     BOXHOST_CLUSTER_SECRET: host.config.clusterSecret,
     BOXHOST_AGENT_PORT: '0',
     LOG_LEVEL: 'warn',
