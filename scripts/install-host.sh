@@ -7,7 +7,8 @@
 # socket in its data dir.
 set -euo pipefail
 
-PACKAGES=(redis-server runc zfs-fuse busybox-static tini containernetworking-plugins iptables iproute2)
+# nftables: the CNI bridge plugin's macspoofchk and boxhost's per-box port chains run `nft`.
+PACKAGES=(redis-server runc zfs-fuse busybox-static tini containernetworking-plugins iptables iproute2 nftables)
 ZFS_FUSE=/usr/sbin/zfs-fuse
 ZFS_FUSE_PIDFILE=/var/run/zfs-fuse.pid
 ZFS_WAIT_SECONDS=20

@@ -1,13 +1,16 @@
 import t from 'tap';
+import { spawn, ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
+import dgram from 'node:dgram';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
-import { run } from '../core/command';
+import { run, sleep } from '../core/command';
 import { fillBusyboxRootfs } from '../workers/bases/busyboxRootfs';
-import { CniNetwork } from '../workers/network/cni';
+import { canonicalCidr, CniNetwork } from '../workers/network/cni';
 import { RuncRuntime } from '../workers/runtime/runc';
+import { platformDestinations } from '../workers/setup';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
@@ -15,10 +18,15 @@ const dataDir = fs.mkdtempSync('/var/tmp/boxhost-cni-test-');
 // A /16 of its own, away from podman's 10.88 and from other test hosts.
 const boxSubnet = `10.${200 + crypto.randomInt(50)}.0.0/16`;
 const timings: Record<string, number[]> = {};
+/** Every message the driver logged (init's rewrites among them). */
+const logged: string[] = [];
 const logger = {
-  debug: (o: { ms?: number }, msg?: string) => o.ms !== undefined && msg && (timings[msg] ??= []).push(o.ms),
-  info: () => undefined,
-  warn: () => undefined,
+  debug: (o: { ms?: number }, msg?: string) => {
+    if (msg) logged.push(msg);
+    if (o.ms !== undefined && msg) (timings[msg] ??= []).push(o.ms);
+  },
+  info: (_o: object, msg?: string) => msg && logged.push(msg),
+  warn: (_o: object, msg?: string) => msg && logged.push(msg),
 };
 const network = new CniNetwork({ dataDir, hostTag, boxSubnet, outbound: false, logger });
 const runtime = new RuncRuntime({ dataDir, hostTag });
@@ -26,8 +34,14 @@ const P1 = { index: 1 };
 const P2 = { index: 2 };
 const servers: net.Server[] = [];
 const boxes: { id: string; net: { index: number } }[] = [];
+/** Helper processes this test started (listeners inside netns). */
+const children: ChildProcess[] = [];
+/** Undo steps of the outbound test's fake outside world (run even when it fails). */
+const undo: (() => Promise<unknown>)[] = [];
 
 t.teardown(async () => {
+  for (const c of children) c.kill('SIGKILL');
+  for (const u of undo.reverse()) await u().catch(() => undefined);
   for (const s of servers) s.close();
   for (const b of boxes) await runtime.remove(b.id).catch(() => undefined);
   for (const b of boxes) await network.detach(b.id, b.net).catch(() => undefined);
@@ -87,6 +101,106 @@ function hostConnect(host: string, port: number): Promise<string> {
   });
 }
 
+/** The environment of helper processes: without tap's NODE_OPTIONS (a loader of its own). */
+const plainEnv = (): NodeJS.ProcessEnv => ({ PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' });
+
+/** Runs a host command inside a netns, as the host (root, all capabilities) can. */
+const inNs = (ns: string, argv: string[]) => run(['ip', 'netns', 'exec', ns, ...argv], { allowFailure: true, timeoutMs: 15_000, env: plainEnv() });
+const inBox = (id: string, argv: string[], netw = network) => inNs(netw.netnsName(id), argv);
+/** Runs `ip` commands in a box's netns and fails the test on an error. */
+async function ipIn(id: string, ...cmds: string[][]) {
+  for (const c of cmds) {
+    const r = await inBox(id, ['ip', ...c]);
+    if (r.exitCode !== 0) throw new Error(`ip ${c.join(' ')} in ${id}: ${r.stderr}`);
+  }
+}
+
+/** A netns-only box (no container): enough for the network, and it lets the test act as root
+ *  inside it, which a real box cannot. */
+async function bareBox(id: string, netw: { index: number }) {
+  boxes.push({ id, net: netw });
+  const att = await network.attach(id, netw);
+  const link = JSON.parse((await inBox(id, ['ip', '-j', 'link', 'show', 'dev', 'eth0'])).stdout)[0] as { address: string; link_index: number };
+  const veth = (JSON.parse((await run(['ip', '-j', 'link', 'show', 'type', 'veth'])).stdout) as { ifindex: number; ifname: string }[]).find((l) => l.ifindex === link.link_index)!.ifname;
+  return { ...att, id, mac: link.address, veth };
+}
+
+const UDP_SERVER = `const s = require('dgram').createSocket('udp4');
+s.on('message', (m, r) => console.log(r.address + ' ' + m));
+s.bind(Number(process.argv[1]), () => console.log('ready'));`;
+const UDP_SEND = `const s = require('dgram').createSocket('udp4');
+const [h, p, m] = process.argv.slice(1);
+s.send(m, Number(p), h, (e) => { if (e) { console.error(e.code); process.exitCode = 1; } s.close(); });`;
+const TCP_SERVER = `require('net').createServer((c) => c.end('outside ' + c.localAddress + ' from ' + c.remoteAddress + '\\n')).listen(Number(process.argv[1]), '0.0.0.0', () => console.log('ready'));`;
+/** Connects and prints what the peer sent, or the error code (EHOSTUNREACH for a REJECT). */
+const TCP_PROBE = `const c = require('net').connect({ host: process.argv[1], port: Number(process.argv[2]), timeout: 3000 });
+let d = ''; c.on('data', (x) => (d += x)); c.on('end', () => console.log(d.trim()));
+c.on('timeout', () => { console.log('ETIMEDOUT'); c.destroy(); }); c.on('error', (e) => console.log(e.code));`;
+
+/** A node process inside a netns, started by this test: resolves once it printed `ready`,
+ *  then keeps every further line. */
+async function nsProcess(ns: string, script: string, ...args: string[]) {
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'], env: plainEnv() });
+  children.push(child);
+  const lines: string[] = [];
+  let buf = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line === 'ready') resolve();
+        else lines.push(line);
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`${script.slice(0, 40)}… in ${ns} exited ${code}`)));
+  });
+  return lines;
+}
+
+/** A UDP listener in a box's netns: `got(payload)` answers the sender address of a datagram
+ *  carrying it, or null when none came within `ms`. */
+async function udpListener(id: string, port: number) {
+  const lines = await nsProcess(network.netnsName(id), UDP_SERVER, String(port));
+  return {
+    async got(payload: string, ms: number): Promise<string | null> {
+      const end = Date.now() + ms;
+      for (;;) {
+        const l = lines.find((x) => x.endsWith(` ${payload}`));
+        if (l) return l.split(' ')[0];
+        if (Date.now() > end) return null;
+        await sleep(50);
+      }
+    },
+  };
+}
+
+/** Sends one datagram from inside a box's netns. */
+async function udpFrom(id: string, host: string, port: number, payload: string) {
+  const r = await inBox(id, [process.execPath, '-e', UDP_SEND, host, String(port), payload]);
+  if (r.exitCode !== 0) throw new Error(`udp send from ${id}: ${r.stderr}`);
+}
+
+/** The MAC a netns (or the host, with ns null) has for `ip` on `dev`, whatever its state. */
+async function neighMac(ns: string | null, ip: string, dev: string): Promise<string | null> {
+  const argv = ['ip', '-j', 'neigh', 'show', ip, 'dev', dev];
+  const r = ns ? await inNs(ns, argv) : await run(argv);
+  const [n] = JSON.parse(r.stdout || '[]') as { lladdr?: string }[];
+  return n?.lladdr ?? null;
+}
+/** Sets a neighbour entry STALE, so that an ARP packet about `ip` would update it. */
+async function setNeigh(ns: string | null, ip: string, mac: string, dev: string) {
+  const argv = ['ip', 'neigh', 'replace', ip, 'lladdr', mac, 'dev', dev, 'nud', 'stale'];
+  if (ns) await inNs(ns, argv);
+  else await run(argv);
+}
+/** Gratuitous ARP from a box claiming `ip` (the box must hold it on eth0). */
+const garp = (id: string, ip: string) => inBox(id, ['busybox', 'arping', '-U', '-c', '1', '-w', '1', '-I', 'eth0', '-s', ip, ip]);
+
+const iptablesS = async (chain: string) => (await run(['iptables', '-w', '-S', chain], { allowFailure: true })).stdout;
+const bridgeRuleset = async () => (await run(['nft', 'list', 'ruleset', 'bridge'])).stdout;
+
 t.test('naming', async (t) => {
   t.equal(network.bridgeName(7), `bh${hostTag.slice(0, 4)}p7`);
   t.ok(network.bridgeName(255).length <= 15);
@@ -104,6 +218,16 @@ t.test('init is idempotent and installs the chains', async (t) => {
   t.match(rules, new RegExp(`-A INPUT -i bh${hostTag.slice(0, 4)}p\\+ -j BH-${hostTag}-IN`));
   t.equal(rules.split('\n').filter((l) => l === `-A INPUT -i bh${hostTag.slice(0, 4)}p+ -j BH-${hostTag}-IN`).length, 1, 'hooked once');
   t.match(rules, new RegExp(`-A BH-${hostTag}-FWD -m physdev --physdev-is-bridged -j ACCEPT`));
+  const br = `${network.bridgePrefix}+`;
+  t.match(await iptablesS(network.chainIn), `-A BH-${hostTag}-IN -j BH-${hostTag}-SRC\n`, 'INPUT checks sources first');
+  t.match(await iptablesS(network.chainFwd), `-A BH-${hostTag}-FWD -i ${br} -j BH-${hostTag}-SRC\n`, 'FORWARD checks sources first');
+  t.notMatch(rules, `BH-${hostTag}-OUT`, 'no outbound chain without outbound');
+  t.match(await bridgeRuleset(), new RegExp(`table bridge ${network.portTable} \\{[^]*iifname vmap @ports`), 'port table');
+  logged.length = 0;
+  const t0 = Date.now();
+  await network.init();
+  t.same(logged.filter((m) => /written|restored|removed/.test(m)), [], 'a third init rewrites nothing');
+  t.comment(`init on a set-up host: ${Date.now() - t0} ms`);
 });
 
 t.test('project networks', async (t) => {
@@ -182,6 +306,271 @@ t.test('project networks', async (t) => {
   });
 });
 
+t.test('spoofing on the bridge', async (t) => {
+  const P3 = { index: 3 };
+  const v = await bareBox('v', P3); // the neighbour whose identity is stolen
+  const w = await bareBox('w', P3); // the one the traffic is aimed at
+  const x = await bareBox('x', P3); // steals addresses
+  const y = await bareBox('y', P3); // steals MACs
+  const z = await bareBox('z', P3); // loses its port chain
+  const bridge = network.bridgeName(3);
+  const gwMac = JSON.parse((await run(['ip', '-j', 'link', 'show', 'dev', bridge])).stdout)[0].address as string;
+  const atW = await udpListener('w', 5000);
+  const atV = await udpListener('v', 5000);
+  const nsOf = (id: string) => network.netnsName(id);
+  /** w's MAC pinned in an attacker's netns: its own ARP would give it away before its packets. */
+  const staticW = ['neigh', 'replace', w.address, 'lladdr', w.mac, 'dev', 'eth0', 'nud', 'permanent'];
+
+  t.test('macspoofchk and the port chains are in place', async (t) => {
+    const rs = await bridgeRuleset();
+    t.match(rs, `iifname "${x.veth}" jump cni-br-iface-${nsOf('x')}-eth0`, 'macspoofchk (bridge plugin) on the veth');
+    t.match(rs, new RegExp(`"${x.veth}" : jump box_x`), 'the port map sends the veth to its chain');
+    const chain = (await run(['nft', 'list', 'chain', 'bridge', network.portTable, 'box_x'])).stdout;
+    for (const rule of [`ether saddr != ${x.mac} drop`, 'ether type != { ip, arp } drop', `arp saddr ether != ${x.mac} drop`, `arp saddr ip != ${x.address} drop`, `ip saddr != ${x.address} drop`]) {
+      t.ok(chain.includes(rule), `x's chain: ${rule}`);
+    }
+    t.match(await iptablesS(network.chainSrc), `-A BH-${hostTag}-SRC ! -s ${network.subnet(3)} -i ${bridge} -j DROP`, 'per-bridge source rule');
+    t.equal(fs.readFileSync(`/proc/sys/net/ipv4/conf/${bridge}/rp_filter`, 'utf8').trim(), '1', 'rp_filter=1 on the bridge');
+  });
+
+  t.test('a box cannot use a neighbour address nor answer ARP for it or for the gateway', async (t) => {
+    // Controls: with its own identity, x's datagrams and gratuitous ARP reach w and the host.
+    await udpFrom('x', w.address, 5000, 'x-own');
+    t.equal(await atW.got('x-own', 3000), x.address, 'control: x → w arrives');
+    await setNeigh(null, x.address, '02:00:00:00:00:99', bridge);
+    await setNeigh(nsOf('w'), x.address, '02:00:00:00:00:99', 'eth0');
+    await sleep(1100); // past the neighbour entries' locktime
+    await garp('x', x.address);
+    t.equal(await neighMac(null, x.address, bridge), x.mac, "control: x's gratuitous ARP updates the host's entry");
+    t.equal(await neighMac(nsOf('w'), x.address, 'eth0'), x.mac, "control: and w's");
+
+    // The attack: x takes v's address (and the gateway's), and says so.
+    await setNeigh(null, v.address, v.mac, bridge);
+    await setNeigh(nsOf('w'), v.address, v.mac, 'eth0');
+    await setNeigh(nsOf('v'), w.gateway, gwMac, 'eth0');
+    await sleep(1100);
+    // (The static entry for w after the addresses: removing the last address flushes them.)
+    await ipIn('x', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], ['addr', 'add', `${w.gateway}/32`, 'dev', 'eth0'], staticW);
+    await udpFrom('x', w.address, 5000, 'x-as-v');
+    await garp('x', v.address);
+    await garp('x', w.gateway);
+    t.equal(await atW.got('x-as-v', 1500), null, "a datagram from v's address does not reach w");
+    t.equal(await neighMac(null, v.address, bridge), v.mac, "the host's entry for v is not poisoned");
+    t.equal(await neighMac(nsOf('w'), v.address, 'eth0'), v.mac, "w's entry for v is not poisoned");
+    t.equal(await neighMac(nsOf('v'), w.gateway, 'eth0'), gwMac, "v's entry for the gateway is not poisoned");
+  });
+
+  t.test("a box cannot use a neighbour's MAC", async (t) => {
+    await udpFrom('y', w.address, 5000, 'y-own');
+    t.equal(await atW.got('y-own', 3000), y.address, 'control: y → w arrives');
+    await udpFrom('v', w.address, 5000, 'v-own');
+    t.equal(await atW.got('v-own', 3000), v.address, "control: v → w arrives (the bridge learns v's MAC on v's port)");
+
+    await ipIn('y', ['link', 'set', 'dev', 'eth0', 'down'], ['link', 'set', 'dev', 'eth0', 'address', v.mac], ['link', 'set', 'dev', 'eth0', 'up'], staticW);
+    for (let i = 0; i < 3; i++) await udpFrom('y', w.address, 5000, `y-as-v-${i}`);
+    t.equal(await atW.got('y-as-v-2', 1500), null, "a frame with v's MAC does not reach w");
+    const fdb = JSON.parse((await run(['bridge', '-j', 'fdb', 'show', 'br', bridge])).stdout) as { mac: string; ifname: string }[];
+    t.same(fdb.filter((e) => e.mac === v.mac).map((e) => e.ifname), [v.veth], "the bridge still has v's MAC on v's port");
+    const sock = dgram.createSocket('udp4');
+    await new Promise<void>((resolve, reject) => sock.send('host-to-v', 5000, v.address, (e) => (e ? reject(e) : resolve())));
+    sock.close();
+    t.equal(await atV.got('host-to-v', 3000), v.gateway, 'traffic for v still reaches v');
+  });
+
+  t.test("a port without its chain: the bridge's source rule holds, and init puts the chain back", async (t) => {
+    // As a box attached by an older version: no entry in the port map.
+    await run(['nft', 'delete', 'element', 'bridge', network.portTable, 'ports', `{ "${z.veth}" }`]);
+    // Within the project's /24 only the port chain could tell: without it, it passes.
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], staticW);
+    await udpFrom('z', w.address, 5000, 'z-as-v');
+    t.equal(await atW.got('z-as-v', 3000), v.address, 'control: without its chain, z can pass as v');
+    // Another project's address: the per-bridge rule drops it.
+    const counter = async () => {
+      const out = (await run(['iptables', '-w', '-L', network.chainSrc, '-v', '-x', '-n'])).stdout;
+      const line = out.split('\n').find((l) => l.includes(bridge));
+      return Number(line?.trim().split(/\s+/)[0] ?? NaN);
+    };
+    const before = await counter();
+    const foreign = network.subnet(1).replace('.0/24', '.77');
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${foreign}/24`, 'dev', 'eth0'], ['route', 'add', `${w.address}/32`, 'dev', 'eth0'], staticW);
+    await udpFrom('z', w.address, 5000, 'z-as-p1');
+    t.equal(await atW.got('z-as-p1', 1500), null, "an address of another project does not reach w");
+    t.ok((await counter()) > before, 'dropped by the per-bridge source rule');
+
+    // Back to its own address; init restores the chain (address from its lease, not eth0).
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${z.address}/24`, 'dev', 'eth0']);
+    logged.length = 0;
+    await network.init();
+    t.same(logged.filter((m) => m === 'port chain restored'), ['port chain restored'], "init restored z's chain, only z's");
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], staticW);
+    await udpFrom('z', w.address, 5000, 'z-as-v-again');
+    t.equal(await atW.got('z-as-v-again', 1500), null, 'with its chain back, z cannot pass as v');
+  });
+
+  t.test('detach removes the port chain and the macspoofchk rules, netns or not', async (t) => {
+    await network.detach('x', P3);
+    await run(['ip', 'netns', 'delete', nsOf('y')]);
+    await network.detach('y', P3);
+    const rs = await bridgeRuleset();
+    for (const id of ['x', 'y']) {
+      t.notMatch(rs, `box_${id}`, `${id}: no port chain`);
+      t.notMatch(rs, `${nsOf(id)}-eth0`, `${id}: no macspoofchk chain`);
+    }
+    t.match(rs, 'box_v', 'the others stay');
+  });
+});
+
+t.test('releaseProject removes the bridge, its rule and its IPAM state with the last box', async (t) => {
+  const P4 = { index: 4 };
+  const bridge = network.bridgeName(4);
+  const ipam = path.join(dataDir, 'cni', 'ipam', network.networkName(4));
+  const rule = `-A BH-${hostTag}-SRC ! -s ${network.subnet(4)} -i ${bridge} -j DROP`;
+  await bareBox('r1', P4);
+  await bareBox('r2', P4);
+  t.equal(await network.releaseProject(P4), false, 'two boxes on it: kept');
+  await network.detach('r1', P4);
+  t.equal(await network.releaseProject(P4), false, 'one box on it: kept');
+  t.ok(fs.existsSync(`/sys/class/net/${bridge}`), 'the bridge is there');
+  t.match(await iptablesS(network.chainSrc), rule);
+  await network.detach('r2', P4);
+  t.equal(await network.releaseProject(P4), true, 'the last box gone: released');
+  t.notOk(fs.existsSync(`/sys/class/net/${bridge}`), 'bridge removed');
+  t.notOk(fs.existsSync(ipam), 'IPAM state removed');
+  t.notMatch(await iptablesS(network.chainSrc), rule, 'source rule removed');
+  t.notMatch(await bridgeRuleset(), /box_r[12]\b/, 'no port chains left');
+  t.equal(await network.releaseProject(P4), true, 'idempotent');
+
+  // A box joining while the previous last box leaves: it always ends on a live bridge.
+  const P5 = { index: 5 };
+  const bridge5 = network.bridgeName(5);
+  await bareBox('q0', P5);
+  let retried = 0;
+  for (let i = 0; i < 6; i++) {
+    const next = `q${i + 1}`;
+    boxes.push({ id: next, net: P5 });
+    const join = async () => {
+      for (let n = 0; ; n++) {
+        try {
+          return await network.attach(next, P5);
+        } catch (e) {
+          if (n >= 5 || !/released/.test(String(e))) throw e;
+          retried++;
+          await sleep(50);
+        }
+      }
+    };
+    await Promise.all([network.detach(`q${i}`, P5).then(() => network.releaseProject(P5)), join()]);
+    const link = JSON.parse((await inBox(next, ['ip', '-j', 'link', 'show', 'dev', 'eth0'])).stdout)[0] as { link_index: number };
+    const ports = JSON.parse((await run(['ip', '-j', 'link', 'show', 'master', bridge5], { allowFailure: true })).stdout || '[]') as { ifindex: number }[];
+    t.ok(ports.some((p) => p.ifindex === link.link_index), `${next} is on the live bridge`);
+  }
+  t.comment(`attaches retried because a release was under way: ${retried}`);
+
+  // The same, made certain: a release under way (its mark) when the veth has joined.
+  const mark = path.join(dataDir, 'cni', 'releasing', `5-${process.pid}-test`);
+  fs.mkdirSync(path.dirname(mark), { recursive: true });
+  fs.writeFileSync(mark, '');
+  boxes.push({ id: 'q7', net: P5 });
+  await t.rejects(network.attach('q7', P5), /released/, 'an attach that sees a release under way fails');
+  t.notMatch(await bridgeRuleset(), /box_q7\b/, 'and leaves no port chain');
+  t.notOk(fs.readdirSync(path.join(dataDir, 'cni', 'ipam', network.networkName(5))).some((f) => fs.readFileSync(path.join(dataDir, 'cni', 'ipam', network.networkName(5), f), 'utf8').includes(network.netnsName('q7'))), 'nor a lease');
+  fs.rmSync(mark);
+  t.match((await network.attach('q7', P5)).address, /\d+$/, 'its retry joins');
+  await network.detach('q6', P5);
+  await network.detach('q7', P5);
+  t.equal(await network.releaseProject(P5), true);
+});
+
+t.test('with outbound on: link-local, the host, the platform and protected nets stay out of reach', async (t) => {
+  // A network of its own (tag, /16, chains), outbound on.
+  const outTag = crypto.randomBytes(3).toString('hex');
+  const outDir = fs.mkdtempSync('/var/tmp/boxhost-cni-out-test-');
+  const second = Number(boxSubnet.split('.')[1]) === 250 ? 251 : 250;
+  const outSubnet = `10.${second}.0.0/16`;
+  const platform = { redisUrl: 'redis://198.51.100.10:6379', databaseUrl: 'postgres://boxhost:secret@198.51.100.11:5432/boxhost', protectedNets: ['203.0.113.0/24'] };
+  const outNet = new CniNetwork({ dataDir: outDir, hostTag: outTag, boxSubnet: outSubnet, outbound: true, protectedDestinations: () => platformDestinations(platform), logger });
+  undo.push(async () => {
+    await outNet.destroyAll();
+    fs.rmSync(outDir, { recursive: true, force: true });
+  });
+  await outNet.init();
+  const o1 = await outNet.attach('o1', { index: 1 });
+  const bridge = outNet.bridgeName(1);
+
+  // The "outside": a netns behind a veth, routed to only for this test's bridge (a policy rule
+  // on its input interface, whose table ends in `unreachable`): nothing leaves the machine,
+  // and the host's own routes (its real metadata service among them) are untouched.
+  const ext = `bhtest-${outTag}-ext`;
+  const hostEnd = `bhx${outTag}`;
+  const transit = (n: number) => `10.${second}.255.${n}`; // project 255 of this /16: unused
+  const table = String(20000 + crypto.randomInt(10000));
+  const outside = { metadata: '169.254.169.254', redis: '198.51.100.10', postgres: '198.51.100.11', agent: '203.0.113.5', control: '198.51.100.20' };
+  undo.push(() => run(['ip', 'netns', 'delete', ext]));
+  undo.push(() => run(['ip', 'link', 'delete', hostEnd]));
+  undo.push(() => run(['ip', 'rule', 'delete', 'iif', bridge, 'lookup', table]));
+  undo.push(() => run(['ip', 'route', 'flush', 'table', table]));
+  await run(['ip', 'netns', 'add', ext]);
+  await run(['ip', 'link', 'add', hostEnd, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ext]);
+  await run(['ip', 'addr', 'add', `${transit(1)}/30`, 'dev', hostEnd]);
+  await run(['ip', 'link', 'set', hostEnd, 'up']);
+  await inNs(ext, ['ip', 'addr', 'add', `${transit(2)}/30`, 'dev', 'eth0']);
+  for (const a of Object.values(outside)) await inNs(ext, ['ip', 'addr', 'add', `${a}/32`, 'dev', 'eth0']);
+  await inNs(ext, ['ip', 'link', 'set', 'eth0', 'up']);
+  await inNs(ext, ['ip', 'link', 'set', 'lo', 'up']);
+  await inNs(ext, ['ip', 'route', 'add', 'default', 'via', transit(1)]);
+  for (const a of Object.values(outside)) await run(['ip', 'route', 'add', `${a}/32`, 'via', transit(2), 'dev', hostEnd, 'table', table]);
+  await run(['ip', 'route', 'add', 'unreachable', 'default', 'table', table]);
+  await run(['ip', 'rule', 'add', 'iif', bridge, 'lookup', table, 'priority', '100']);
+  await nsProcess(ext, TCP_SERVER, '7000');
+
+  const probe = async (host: string, port = 7000) => (await inBox('o1', [process.execPath, '-e', TCP_PROBE, host, String(port)], outNet)).stdout.trim();
+
+  t.match(await iptablesS(outNet.chainOut), `-A BH-${outTag}-OUT -d 169.254.0.0/16 -j REJECT --reject-with icmp-admin-prohibited`);
+  t.match(await iptablesS(outNet.chainOut), `-A BH-${outTag}-OUT -d 198.51.100.10/32 -j REJECT --reject-with icmp-admin-prohibited`);
+  t.equal(await probe(outside.control), `outside ${outside.control} from ${transit(1)}`, 'control: an unprotected outside address answers (NATed)');
+  t.equal(await probe(outside.metadata), 'EHOSTUNREACH', 'link-local metadata (169.254.169.254) refused');
+  t.equal(await probe(outside.redis), 'EHOSTUNREACH', "the platform's Redis (from REDIS_URL) refused");
+  t.equal(await probe(outside.postgres), 'EHOSTUNREACH', "the platform's PostgreSQL (from DATABASE_URL) refused");
+  t.equal(await probe(outside.agent), 'EHOSTUNREACH', 'an address of BOXHOST_PROTECTED_NETS (another node agent) refused');
+
+  // The host's own addresses: INPUT takes only replies, outbound or not.
+  const svc = await listen('0.0.0.0');
+  const hostAddrs = [transit(1), o1.gateway];
+  const eth = (JSON.parse((await run(['ip', '-j', '-4', 'addr', 'show', 'scope', 'global'])).stdout) as { ifname: string; addr_info: { local: string }[] }[])
+    .filter((l) => !l.ifname.startsWith('bh'))
+    .flatMap((l) => l.addr_info.map((a) => a.local));
+  hostAddrs.push(...eth.slice(0, 1));
+  for (const a of hostAddrs) {
+    t.equal(await hostConnect(a, portOf(svc)), 'host service\n', `control: the host reaches its own ${a}`);
+    t.equal(await probe(a, portOf(svc)), 'ECONNREFUSED', `the box is refused by the host's ${a}`);
+  }
+
+  logged.length = 0;
+  await outNet.init();
+  t.same(logged.filter((m) => /written|restored|removed/.test(m)), [], 'init with outbound rewrites nothing the second time');
+});
+
+t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXHOST_PROTECTED_NETS', async (t) => {
+  t.same(await platformDestinations({ redisUrl: 'redis://:pw@198.51.100.10:6390/0', databaseUrl: 'postgresql://u:p@[2001:db8::5]:5432/db', protectedNets: ['203.0.113.0/24', '192.0.2.7'] }), [
+    '203.0.113.0/24',
+    '192.0.2.7',
+    '198.51.100.10',
+    '2001:db8::5',
+  ]);
+  t.ok((await platformDestinations({ redisUrl: 'redis://localhost:6379', protectedNets: [] })).includes('127.0.0.1'), 'a host name is resolved');
+  t.same(await platformDestinations({ redisUrl: 'unix:/run/redis.sock', databaseUrl: 'sqlite:./boxhost.db', protectedNets: [] }), [], 'sockets and files: nothing');
+  await t.rejects(platformDestinations({ databaseUrl: 'postgres://u@no-such-host.invalid/db', protectedNets: [] }), /cannot resolve no-such-host\.invalid/);
+  t.equal(canonicalCidr('10.1.2.3/24'), '10.1.2.0/24');
+  t.equal(canonicalCidr('10.1.2.3'), '10.1.2.3/32');
+  t.equal(canonicalCidr('10.1.2.3/33'), null);
+  t.equal(canonicalCidr('redis.internal'), null);
+  const badDir = fs.mkdtempSync('/var/tmp/boxhost-cni-bad-test-');
+  const bad = new CniNetwork({ dataDir: badDir, hostTag: crypto.randomBytes(3).toString('hex'), boxSubnet, outbound: true, protectedDestinations: async () => ['redis.internal'] });
+  await t.rejects(bad.init(), /not an IPv4 address or CIDR/, 'a bad protected destination fails init');
+  await bad.destroyAll();
+  fs.rmSync(badDir, { recursive: true, force: true });
+});
+
 t.test('CNI speed', async (t) => {
   const add: number[] = [];
   const del: number[] = [];
@@ -207,6 +596,9 @@ t.test('destroyAll removes chains, bridges and netns', async (t) => {
   t.same(await network.listAttached(), []);
   const rules = (await run(['iptables', '-w', '-S'])).stdout;
   t.notMatch(rules, `BH-${hostTag}`);
+  const rs = await bridgeRuleset();
+  t.notMatch(rs, network.portTable, 'port table removed');
+  t.notMatch(rs, `bh${hostTag}-`, 'no macspoofchk leftovers');
   const links = (await run(['ip', '-o', 'link', 'show'])).stdout;
   t.notMatch(links, network.bridgeName(1));
   t.notMatch(links, network.bridgeName(2));

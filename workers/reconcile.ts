@@ -72,6 +72,8 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     for (const p of projects) await ctx.network.detach(id, { index: p.net_index }).catch(() => undefined);
     report.orphanNetworks.push(id);
   }
+  // A project whose last box here was an orphan keeps no bridge (false where one is in use).
+  if (report.orphanNetworks.length) for (const p of projects) await ctx.network.releaseProject({ index: p.net_index }).catch(() => false);
   for (const id of roots) {
     if (known.has(id)) continue;
     await ctx.storage.destroyBoxRoot(id);

@@ -1,3 +1,5 @@
+import dns from 'node:dns';
+import net from 'node:net';
 import type { Config } from '../core/config';
 import type { Logger } from '../core/logger';
 import { ZfsStorage } from './storage/zfs';
@@ -19,8 +21,48 @@ export function createDrivers(config: Config, log: Logger): Drivers {
   return {
     storage: new ZfsStorage({ dataDir: config.dataDir, pool: config.zfsPool, poolSizeGb: config.poolSizeGb, hostTag: config.hostTag, logger: log.child({ driver: 'zfs' }) }),
     runtime: new RuncRuntime({ dataDir: config.dataDir, hostTag: config.hostTag, logger: log.child({ driver: 'runc' }) }),
-    network: new CniNetwork({ dataDir: config.dataDir, hostTag: config.hostTag, boxSubnet: config.boxSubnet, outbound: config.boxOutbound, logger: log.child({ driver: 'cni' }) }),
+    network: new CniNetwork({
+      dataDir: config.dataDir,
+      hostTag: config.hostTag,
+      boxSubnet: config.boxSubnet,
+      outbound: config.boxOutbound,
+      protectedDestinations: () => platformDestinations(config),
+      logger: log.child({ driver: 'cni' }),
+    }),
   };
+}
+
+/**
+ * What boxes must never reach even with outbound on, besides link-local and the host itself:
+ * the addresses of the Redis and PostgreSQL hosts this node uses (resolved now: a platform
+ * that moves is re-read at the next node start), and BOXHOST_PROTECTED_NETS (other nodes'
+ * agents) as given. A host name that does not resolve fails the start rather than leave the
+ * service open to boxes.
+ */
+export async function platformDestinations(config: Pick<Config, 'redisUrl' | 'databaseUrl' | 'protectedNets'>): Promise<string[]> {
+  const out = [...config.protectedNets];
+  for (const url of [config.redisUrl, config.databaseUrl].filter((u): u is string => Boolean(u))) {
+    const host = urlHost(url);
+    if (!host) continue; // a unix socket or a sqlite file
+    if (net.isIP(host)) {
+      out.push(host);
+      continue;
+    }
+    const addrs = await dns.promises.lookup(host, { all: true }).catch((e: Error) => {
+      throw new Error(`cannot resolve ${host} (of ${url.replace(/\/\/[^@/]*@/, '//')}) to keep it out of the boxes' reach: ${e.message}`);
+    });
+    out.push(...addrs.map((a) => a.address));
+  }
+  return [...new Set(out)];
+}
+
+/** The host part of a service URL ('' for `unix:`, `sqlite:`, `file:`), without IPv6 brackets. */
+function urlHost(url: string): string {
+  try {
+    return new URL(url).hostname.replace(/^\[(.*)\]$/, '$1');
+  } catch {
+    return '';
+  }
 }
 
 /** What a node does before taking jobs: pool, firewall, the default base, reconciliation. */

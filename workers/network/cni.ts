@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run } from '../../core/command';
@@ -6,6 +7,10 @@ import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } f
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
 const NETNS_DIR = '/run/netns';
+/** Link-local, where cloud metadata services answer (169.254.169.254). */
+const LINK_LOCAL = '169.254.0.0/16';
+/** A release takes milliseconds; a mark older than this was left by a process that died. */
+const RELEASE_MARK_TTL_MS = 60_000;
 
 export interface CniNetworkOptions {
   dataDir: string;
@@ -14,11 +19,39 @@ export interface CniNetworkOptions {
   boxSubnet: string;
   /** NAT boxes out through the host (BOXHOST_BOX_OUTBOUND). */
   outbound: boolean;
+  /**
+   * Destinations boxes never reach even with `outbound` (IPv4 addresses or CIDRs): the
+   * platform's Redis and PostgreSQL, other nodes' agents. A function, because these come from
+   * resolving host names: `init` asks it once per start, and only when `outbound` is on
+   * (without outbound nothing leaves the host anyway). IPv6 entries are skipped: no IPv6 is
+   * routed out of a box bridge at all.
+   */
+  protectedDestinations?: () => Promise<string[]>;
   logger?: DriverLogger;
   cniPath?: string;
 }
 
+/** A box's side of its bridge: the host end of its veth, and what may come out of it. */
+interface BoxPort {
+  veth: string;
+  mac: string;
+  address: string;
+}
+
+/** The parts of `nft -j list ruleset bridge` this driver reads. */
+interface NftObject {
+  table?: { family: string; name: string };
+  chain?: { family: string; table: string; name: string };
+  map?: { family: string; table: string; name: string; elem?: unknown[] };
+  rule?: { family: string; table: string; chain: string; handle: number; comment?: string; expr?: unknown };
+}
+
 const BOX_ID_RE = /^[a-z0-9]{1,32}$/;
+const IFNAME_RE = /^[A-Za-z0-9_.-]{1,15}$/;
+const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+const IPV4_RE = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
+/** The one rule of the port table's base chain, as `nft -j` prints it. */
+const PORT_DISPATCH_EXPR = JSON.stringify([{ vmap: { key: { meta: { key: 'iifname' } }, data: '@ports' } }]);
 
 /**
  * One Linux bridge per project, joined through the CNI `bridge` + `host-local` plugins (and
@@ -29,7 +62,13 @@ const BOX_ID_RE = /^[a-z0-9]{1,32}$/;
  *   still connect into a box.
  * - FORWARD: bridged traffic (boxes on the same bridge, br_netfilter on) is accepted; routed
  *   traffic between two project bridges is dropped; traffic out of the host only when
- *   `outbound` (then masqueraded), else dropped.
+ *   `outbound` (then masqueraded), and even then never to link-local (cloud metadata), the box
+ *   subnet elsewhere, nor the protected destinations (chain `-OUT`); else dropped.
+ * - Spoofing, three layers deep. Per box, an nftables chain keyed on its host-side veth lets out
+ *   only frames with its own MAC, IPv4 from its own address and ARP claiming its own MAC and
+ *   address (table `bridge boxhost_<tag>`), on top of the plugin's own `macspoofchk`. Per
+ *   bridge, an iptables rule (chain `-SRC`, first in INPUT and FORWARD) drops what does not
+ *   come from the project's /24, and `rp_filter=1` does the same for what is routed.
  * - IPv6 is off on the bridges, and ip6tables drops the rest.
  */
 export class CniNetwork implements NetworkDriver {
@@ -39,6 +78,8 @@ export class CniNetwork implements NetworkDriver {
   private readonly prefix16: [number, number];
   private readonly cniPath: string;
   private readonly ipamDir: string;
+  private readonly releaseDir: string;
+  private readonly protectedDestinations: () => Promise<string[]>;
   private readonly logger?: DriverLogger;
   private iptablesBin?: string;
   private ip6tablesBin?: string | null;
@@ -53,6 +94,8 @@ export class CniNetwork implements NetworkDriver {
     this.outbound = opts.outbound;
     this.cniPath = opts.cniPath ?? CNI_PLUGIN_DIR;
     this.ipamDir = path.join(this.dataDir, 'cni', 'ipam');
+    this.releaseDir = path.join(this.dataDir, 'cni', 'releasing');
+    this.protectedDestinations = opts.protectedDestinations ?? (async () => []);
     this.logger = opts.logger;
   }
 
@@ -103,8 +146,27 @@ export class CniNetwork implements NetworkDriver {
   get chainFwd(): string {
     return `BH-${this.hostTag}-FWD`;
   }
+  /** Per-bridge source checks (one rule per live project bridge). */
+  get chainSrc(): string {
+    return `BH-${this.hostTag}-SRC`;
+  }
+  /** Destinations refused to outbound traffic (only with `outbound`). */
+  get chainOut(): string {
+    return `BH-${this.hostTag}-OUT`;
+  }
   get chainNat(): string {
     return `BH-${this.hostTag}-NAT`;
+  }
+
+  /** The nftables table (family bridge) holding the per-box port chains. */
+  get portTable(): string {
+    return `boxhost_${this.hostTag}`;
+  }
+
+  /** The box's chain in the port table. */
+  portChain(boxId: string): string {
+    if (!BOX_ID_RE.test(boxId)) throw new Error(`invalid box id ${JSON.stringify(boxId)}`);
+    return `box_${boxId}`;
   }
 
   // ---------------------------------------------------------------- firewall
@@ -128,7 +190,13 @@ export class CniNetwork implements NetworkDriver {
     return this.ip6tablesBin;
   }
 
-  /** Host-wide set-up: sysctls and this tag's firewall chains. Idempotent (rules rebuilt). */
+  /**
+   * Host-wide set-up: sysctls, this tag's firewall chains and port table. Idempotent and cheap
+   * on a live host: each chain is compared with what it should hold and rewritten only on a
+   * difference. It also repairs what a live host may lack (bridges and boxes made by an older
+   * version, a ruleset flushed by hand): the source rule and sysctls of every live bridge, the
+   * port chain of every attached box; and drops those of bridges and boxes that are gone.
+   */
   async init(): Promise<void> {
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     // Bridged (same-bridge) traffic must pass iptables for the physdev rule to see it; and
@@ -139,19 +207,26 @@ export class CniNetwork implements NetworkDriver {
 
     const ipt = await this.iptables();
     const br = `${this.bridgePrefix}+`;
+    await this.syncBridgeRules(ipt);
     await this.ensureChain(ipt, 'filter', this.chainIn, [
+      ['-j', this.chainSrc],
       ['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT'],
       ['-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
       ['-j', 'DROP'],
     ]);
+    if (this.outbound) await this.ensureChain(ipt, 'filter', this.chainOut, await this.outboundRefusals());
     const fwd: string[][] = [
+      ['-i', br, '-j', this.chainSrc],
       // Same bridge = same project: bridged, not routed.
       ['-m', 'physdev', '--physdev-is-bridged', '-j', 'ACCEPT'],
       // Routed from one project bridge to another (TCP is reset: callers fail fast).
       ['-i', br, '-o', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
       ['-i', br, '-o', br, '-j', 'DROP'],
-      ['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT'],
     ];
+    // Before the ESTABLISHED accept: a destination protected at this start is cut at once,
+    // flows already open to it included.
+    if (this.outbound) fwd.push(['-i', br, '!', '-o', br, '-j', this.chainOut]);
+    fwd.push(['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT']);
     if (this.outbound) fwd.push(['-i', br, '!', '-o', br, '-j', 'ACCEPT']);
     fwd.push(['-i', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset']);
     fwd.push(['-j', 'DROP']);
@@ -165,6 +240,8 @@ export class CniNetwork implements NetworkDriver {
       await this.ensureHook(ipt, 'nat', 'POSTROUTING', ['-j', this.chainNat]);
     } else {
       await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
+      // FORWARD no longer jumps to it (rewritten above).
+      await this.removeChain(ipt, 'filter', this.chainOut, []);
     }
 
     const ip6 = await this.ip6tables();
@@ -175,11 +252,29 @@ export class CniNetwork implements NetworkDriver {
       await this.ensureHook(ip6, 'filter', 'FORWARD', ['-i', br, '-j', this.chainFwd]);
       await this.ensureHook(ip6, 'filter', 'FORWARD', ['-o', br, '-j', this.chainFwd]);
     }
+
+    await this.syncPortTable();
+  }
+
+  /**
+   * What the `-OUT` chain refuses, in `iptables -S` form: link-local (cloud metadata), the box
+   * subnet itself when routed away from this host (other nodes' boxes use the same subnet),
+   * then the protected destinations. REJECT (admin-prohibited) so that a box fails fast.
+   */
+  private async outboundRefusals(): Promise<string[][]> {
+    const dests = [LINK_LOCAL, this.boxSubnet];
+    for (const d of await this.protectedDestinations()) {
+      if (d.includes(':')) continue;
+      const cidr = canonicalCidr(d);
+      if (!cidr) throw new Error(`protected destination ${JSON.stringify(d)} is not an IPv4 address or CIDR`);
+      if (!dests.includes(cidr)) dests.push(cidr);
+    }
+    this.logger?.debug({ dests }, 'outbound refused to');
+    return dests.map((d) => ['-d', d, '-j', 'REJECT', '--reject-with', 'icmp-admin-prohibited']);
   }
 
   private async ensureChain(bin: string, table: string, chain: string, rules: string[][]): Promise<void> {
-    const made = await run([bin, '-w', '-t', table, '-N', chain], { allowFailure: true });
-    if (made.exitCode !== 0 && !/exists/i.test(made.stderr)) throw new CommandError([bin, '-t', table, '-N', chain], made.exitCode, made.stdout, made.stderr);
+    await this.makeChain(bin, table, chain);
     // Build the wanted rules, then compare with what is there: rewrite only on a difference,
     // so that an init on a live host does not open a window without rules.
     const want = rules.map((r) => r.join(' '));
@@ -188,6 +283,11 @@ export class CniNetwork implements NetworkDriver {
     await run([bin, '-w', '-t', table, '-F', chain]);
     for (const r of rules) await run([bin, '-w', '-t', table, '-A', chain, ...r]);
     this.logger?.debug({ table, chain, rules: want }, 'firewall chain written');
+  }
+
+  private async makeChain(bin: string, table: string, chain: string): Promise<void> {
+    const made = await run([bin, '-w', '-t', table, '-N', chain], { allowFailure: true });
+    if (made.exitCode !== 0 && !/exists/i.test(made.stderr)) throw new CommandError([bin, '-t', table, '-N', chain], made.exitCode, made.stdout, made.stderr);
   }
 
   private async chainRules(bin: string, table: string, chain: string): Promise<string[] | null> {
@@ -213,6 +313,228 @@ export class CniNetwork implements NetworkDriver {
     await run([bin, '-w', '-t', table, '-X', chain], { allowFailure: true });
   }
 
+  /** The source check of one project bridge, in `iptables -S` form. */
+  private bridgeRule(index: number): string[] {
+    return ['!', '-s', this.subnet(index), '-i', this.bridgeName(index), '-j', 'DROP'];
+  }
+
+  /**
+   * Makes `-SRC` hold exactly one rule per live bridge of this host, adding and deleting
+   * single rules (never a flush): workers attach and release concurrently with a node's init.
+   * Rules are read before bridges are listed, since a rule is only ever added once its bridge
+   * exists: a rule read here whose bridge is then missing belongs to a released bridge.
+   */
+  private async syncBridgeRules(ipt: string): Promise<void> {
+    await this.makeChain(ipt, 'filter', this.chainSrc);
+    const have = (await this.chainRules(ipt, 'filter', this.chainSrc)) ?? [];
+    const live = await this.liveBridges();
+    const want = new Set(live.map((i) => this.bridgeRule(i).join(' ')));
+    const kept = new Set<string>();
+    for (const rule of have) {
+      if (want.has(rule) && !kept.has(rule)) kept.add(rule);
+      else await run([ipt, '-w', '-t', 'filter', '-D', this.chainSrc, ...rule.split(' ')], { allowFailure: true });
+    }
+    for (const i of live) {
+      if (!kept.has(this.bridgeRule(i).join(' '))) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...this.bridgeRule(i)]);
+      await this.bridgeSysctls(i);
+    }
+  }
+
+  /** Project indexes whose bridge exists and was made by this data dir (it has IPAM state:
+   *  the bridge-name prefix holds only 4 characters of the tag). */
+  private async liveBridges(): Promise<number[]> {
+    const out: number[] = [];
+    for (const i of await this.ipamIndexes()) {
+      if (await exists(`/sys/class/net/${this.bridgeName(i)}`)) out.push(i);
+    }
+    return out.sort((a, b) => a - b);
+  }
+
+  private async ipamIndexes(): Promise<number[]> {
+    const re = new RegExp(`^bh${this.hostTag}p(\\d{1,3})$`);
+    const names = await fs.promises.readdir(this.ipamDir).catch(() => [] as string[]);
+    return names.map((n) => re.exec(n)).filter((m): m is RegExpExecArray => m !== null && Number(m[1]) <= 255).map((m) => Number(m[1]));
+  }
+
+  /** No IPv6 on a bridge; strict reverse-path filtering: a packet routed from a bridge must
+   *  come from that bridge's /24. */
+  private async bridgeSysctls(index: number): Promise<void> {
+    const name = this.bridgeName(index);
+    await writeSysctl(`/proc/sys/net/ipv6/conf/${name}/disable_ipv6`, '1', this.logger);
+    await writeSysctl(`/proc/sys/net/ipv4/conf/${name}/rp_filter`, '1', this.logger);
+  }
+
+  /** Everything a bridge needs beyond what the plugin makes. Idempotent. */
+  private async guardBridge(index: number): Promise<void> {
+    await this.bridgeSysctls(index);
+    const ipt = await this.iptables();
+    const rule = this.bridgeRule(index);
+    const check = await run([ipt, '-w', '-t', 'filter', '-C', this.chainSrc, ...rule], { allowFailure: true });
+    if (check.exitCode !== 0) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...rule]);
+  }
+
+  // ---------------------------------------------------------------- per-box port chains
+
+  private async nftRuleset(): Promise<NftObject[]> {
+    const res = await run(['nft', '-j', 'list', 'ruleset', 'bridge']);
+    return (JSON.parse(res.stdout) as { nftables?: NftObject[] }).nftables ?? [];
+  }
+
+  /** Applies nft commands as one transaction (all or nothing). */
+  private async nft(commands: string[]): Promise<void> {
+    if (commands.length === 0) return;
+    await run(['nft', '-f', '-'], { input: commands.join('\n') + '\n' });
+  }
+
+  /** Box id → the veths the port map sends to its chain. */
+  private portsByBox(rs: NftObject[]): Map<string, string[]> {
+    const out = new Map<string, string[]>();
+    const map = rs.find((o) => o.map?.family === 'bridge' && o.map.table === this.portTable && o.map.name === 'ports')?.map;
+    for (const e of map?.elem ?? []) {
+      if (!Array.isArray(e) || typeof e[0] !== 'string') continue;
+      const target = (e[1] as { jump?: { target?: string } } | undefined)?.jump?.target;
+      if (!target?.startsWith('box_')) continue;
+      const id = target.slice('box_'.length);
+      out.set(id, [...(out.get(id) ?? []), e[0]]);
+    }
+    return out;
+  }
+
+  /**
+   * The port table: a map from a box's host-side veth to its chain, consulted for every frame
+   * entering a bridge (before br_netfilter and iptables). Made or repaired only on a
+   * difference; then every attached box that lacks its chain gets it back (`livePort`), and
+   * chains of boxes with no netns go. The ruleset is read before the netns list, since a box's
+   * netns exists before its chain and outlives it.
+   */
+  private async syncPortTable(): Promise<void> {
+    const t = this.portTable;
+    const rs = await this.nftRuleset();
+    const base = rs.filter((o) => o.rule?.family === 'bridge' && o.rule.table === t && o.rule.chain === 'prerouting');
+    const ready =
+      rs.some((o) => o.map?.family === 'bridge' && o.map.table === t && o.map.name === 'ports') &&
+      rs.some((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name === 'prerouting') &&
+      base.length === 1 &&
+      JSON.stringify(base[0].rule?.expr) === PORT_DISPATCH_EXPR;
+    if (!ready) {
+      await this.nft([
+        `add table bridge ${t}`,
+        `add map bridge ${t} ports { type ifname : verdict; }`,
+        `add chain bridge ${t} prerouting { type filter hook prerouting priority -200; policy accept; }`,
+        `flush chain bridge ${t} prerouting`,
+        `add rule bridge ${t} prerouting iifname vmap @ports`,
+      ]);
+      this.logger?.debug({ table: t }, 'port table written');
+    }
+    const covered = this.portsByBox(rs);
+    const chains = rs.filter((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name.startsWith('box_')).map((o) => o.chain!.name.slice('box_'.length));
+    const attached = new Set(await this.listAttached());
+    const unguarded = [...attached].filter((id) => !covered.has(id));
+    const leases = unguarded.length > 0 ? await this.leases() : new Map<string, string>();
+    for (const id of unguarded) {
+      const port = await this.livePort(id, leases);
+      if (!port) continue;
+      await this.protectBox(id, port);
+      this.logger?.info({ boxId: id, port }, 'port chain restored');
+    }
+    for (const id of new Set([...covered.keys(), ...chains])) {
+      if (!attached.has(id) && BOX_ID_RE.test(id)) await this.unprotectBox(id, rs).catch((e) => this.logger?.warn({ boxId: id, err: String(e) }, 'stale port chain not removed'));
+    }
+  }
+
+  /**
+   * The box's chain: its frames must carry its MAC (as `macspoofchk` does, again here so that
+   * a port the plugin did not guard, or whose `bridge nat` rules an ebtables user flushed, is
+   * still held), be IPv4 or ARP only (no IPv6 neighbour spoofing, VLAN tags or other L2
+   * protocols), and IPv4 and ARP must claim its own address and MAC: a box can neither use a
+   * neighbour's address nor answer ARP for it or for the gateway. One transaction.
+   */
+  private async protectBox(boxId: string, port: BoxPort): Promise<void> {
+    if (!IFNAME_RE.test(port.veth) || !MAC_RE.test(port.mac) || !IPV4_RE.test(port.address)) throw new Error(`bad port for ${boxId}: ${JSON.stringify(port)}`);
+    const t = this.portTable;
+    const c = this.portChain(boxId);
+    await this.nft([
+      `add chain bridge ${t} ${c}`,
+      `flush chain bridge ${t} ${c}`,
+      `add rule bridge ${t} ${c} ether saddr != ${port.mac} drop`,
+      `add rule bridge ${t} ${c} ether type != { ip, arp } drop`,
+      `add rule bridge ${t} ${c} arp saddr ether != ${port.mac} drop`,
+      `add rule bridge ${t} ${c} arp saddr ip != ${port.address} drop`,
+      `add rule bridge ${t} ${c} ip saddr != ${port.address} drop`,
+      `add element bridge ${t} ports { "${port.veth}" : jump ${c} }`,
+    ]);
+  }
+
+  /**
+   * Removes the box's port chain and map entries, and what `macspoofchk` left in `bridge nat`:
+   * the plugin's DEL removes those only while the netns exists. Idempotent.
+   */
+  private async unprotectBox(boxId: string, ruleset?: NftObject[]): Promise<void> {
+    const rs = ruleset ?? (await this.nftRuleset());
+    const t = this.portTable;
+    const c = this.portChain(boxId);
+    const cmds = (this.portsByBox(rs).get(boxId) ?? []).map((veth) => `delete element bridge ${t} ports { "${veth}" }`);
+    if (rs.some((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name === c)) cmds.push(`flush chain bridge ${t} ${c}`, `delete chain bridge ${t} ${c}`);
+    const spoofchk = `${this.netnsName(boxId)}-eth0`;
+    cmds.push(...this.spoofchkCleanup(rs, (id) => id === spoofchk));
+    await this.nft(cmds);
+  }
+
+  /** nft commands removing the `macspoofchk` rules and chains whose CNI id passes `mine`. */
+  private spoofchkCleanup(rs: NftObject[], mine: (id: string) => boolean): string[] {
+    const cmds: string[] = [];
+    for (const o of rs) {
+      const r = o.rule;
+      if (r?.family === 'bridge' && r.table === 'nat' && r.chain === 'PREROUTING' && r.comment?.startsWith('macspoofchk-') && mine(r.comment.slice('macspoofchk-'.length))) {
+        cmds.push(`delete rule bridge nat PREROUTING handle ${r.handle}`);
+      }
+    }
+    const chains = rs
+      .map((o) => o.chain)
+      .filter((ch): ch is NonNullable<NftObject['chain']> => ch?.family === 'bridge' && ch.table === 'nat' && ch.name.startsWith('cni-br-iface-'))
+      .filter((ch) => mine(ch.name.slice('cni-br-iface-'.length).replace(/-mac$/, '')))
+      .map((ch) => ch.name);
+    // Flush all first: an iface chain jumps to its -mac chain.
+    for (const ch of chains) cmds.push(`flush chain bridge nat ${ch}`);
+    for (const ch of chains) cmds.push(`delete chain bridge nat ${ch}`);
+    return cmds;
+  }
+
+  private async isProtected(boxId: string): Promise<boolean> {
+    return this.portsByBox(await this.nftRuleset()).has(boxId);
+  }
+
+  /**
+   * The port of a box attached without its chain (by an older version, or by a worker that
+   * died before making it): veth and MAC as its interfaces are now, the address from its
+   * lease, not from eth0. Null when it has no eth0 or no lease (made by `prepare`, not
+   * attached yet).
+   */
+  private async livePort(boxId: string, leases: Map<string, string>): Promise<BoxPort | null> {
+    const address = leases.get(boxId);
+    const eth0 = await this.eth0(boxId);
+    if (!address || !eth0.mac || eth0.peerIndex === null) return null;
+    const links = JSON.parse((await run(['ip', '-j', 'link', 'show', 'type', 'veth'])).stdout) as { ifindex: number; ifname: string }[];
+    const veth = links.find((l) => l.ifindex === eth0.peerIndex)?.ifname;
+    return veth ? { veth, mac: eth0.mac, address } : null;
+  }
+
+  /** Box id → the address host-local leased it: each lease is a file named by the address,
+   *  holding the CNI container id (the netns name) and the interface. */
+  private async leases(): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    const prefix = `bh${this.hostTag}-`;
+    for (const i of await this.ipamIndexes()) {
+      const dir = path.join(this.ipamDir, this.networkName(i));
+      for (const name of await fs.promises.readdir(dir).catch(() => [] as string[])) {
+        if (!IPV4_RE.test(name)) continue;
+        const [cid] = (await fs.promises.readFile(path.join(dir, name), 'utf8').catch(() => '')).split(/\r?\n/);
+        if (cid.startsWith(prefix)) out.set(cid.slice(prefix.length), name);
+      }
+    }
+    return out;
+  }
+
   // ---------------------------------------------------------------- CNI
 
   private bridgeConf(index: number): Record<string, unknown> {
@@ -225,6 +547,8 @@ export class CniNetwork implements NetworkDriver {
       isDefaultGateway: true,
       ipMasq: false,
       hairpinMode: false,
+      // Frames from the veth must carry the container's MAC (nftables `bridge nat`, via nft).
+      macspoofchk: true,
       ipam: {
         type: 'host-local',
         ranges: [[{ subnet: this.subnet(index), gateway: this.gateway(index) }]],
@@ -263,26 +587,22 @@ export class CniNetwork implements NetworkDriver {
   }
 
   private async netnsExists(boxId: string): Promise<boolean> {
-    try {
-      await fs.promises.access(this.netnsPath(boxId));
-      return true;
-    } catch {
-      return false;
-    }
+    return exists(this.netnsPath(boxId));
   }
 
-  /** Whether the box's netns has an eth0, and its IPv4 address when in `index`'s subnet. */
-  private async eth0(boxId: string, index: number): Promise<{ present: boolean; address: string | null }> {
-    const res = await run(['ip', '-n', this.netnsName(boxId), '-j', '-4', 'addr', 'show', 'dev', 'eth0'], { allowFailure: true });
-    if (res.exitCode !== 0) return { present: false, address: null };
+  /** The box's eth0: whether it exists, its IPv4 address within this host's box subnet, its
+   *  MAC and the ifindex of its veth peer on the host. */
+  private async eth0(boxId: string): Promise<{ present: boolean; address: string | null; mac: string | null; peerIndex: number | null }> {
+    const res = await run(['ip', '-n', this.netnsName(boxId), '-j', 'addr', 'show', 'dev', 'eth0'], { allowFailure: true });
+    if (res.exitCode !== 0) return { present: false, address: null, mac: null, peerIndex: null };
     try {
-      const links = JSON.parse(res.stdout) as { addr_info?: { family: string; local: string; prefixlen: number }[] }[];
-      const want = `${this.prefix16[0]}.${this.prefix16[1]}.${index}.`;
-      for (const l of links) for (const a of l.addr_info ?? []) if (a.family === 'inet' && a.local.startsWith(want)) return { present: true, address: a.local };
+      const [l] = JSON.parse(res.stdout) as { address?: string; link_index?: number; addr_info?: { family: string; local: string }[] }[];
+      const want = `${this.prefix16[0]}.${this.prefix16[1]}.`;
+      const address = l?.addr_info?.find((a) => a.family === 'inet' && a.local.startsWith(want))?.local ?? null;
+      return { present: true, address, mac: l?.address ?? null, peerIndex: l?.link_index ?? null };
     } catch {
-      /* no JSON: no address */
+      return { present: true, address: null, mac: null, peerIndex: null };
     }
-    return { present: true, address: null };
   }
 
   /** Makes the box's (empty) netns, so a container can be created in it while `attach` wires
@@ -300,14 +620,26 @@ export class CniNetwork implements NetworkDriver {
     const gateway = this.gateway(index);
     const netnsPath = this.netnsPath(boxId);
     if (await this.netnsExists(boxId)) {
-      const eth0 = await this.eth0(boxId, index);
-      if (eth0.address) {
+      const eth0 = await this.eth0(boxId);
+      if (eth0.address?.startsWith(`${this.prefix16[0]}.${this.prefix16[1]}.${index}.`)) {
         const lo = await run(['ip', '-n', this.netnsName(boxId), '-j', 'link', 'show', 'dev', 'lo'], { allowFailure: true });
-        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address: eth0.address, gateway };
+        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) {
+          // A worker that died between the plugins and the port chain left the box unguarded.
+          if (!(await this.isProtected(boxId))) {
+            const port = await this.livePort(boxId, await this.leases());
+            if (!port) throw new Error(`box ${boxId} has an address but no veth on the host`);
+            await this.guardBridge(index);
+            await this.protectBox(boxId, port);
+          }
+          return { netnsPath, address: eth0.address, gateway };
+        }
       }
       // Half made (a worker died mid-way): undo and start over. A netns that `prepare` made
       // has no eth0 yet and goes straight to ADD.
-      if (eth0.present) await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
+      if (eth0.present) {
+        await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
+        await this.unprotectBox(boxId);
+      }
     } else {
       await this.prepare(boxId);
     }
@@ -319,19 +651,56 @@ export class CniNetwork implements NetworkDriver {
       const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
       const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
       if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);
-      await writeSysctl(`/proc/sys/net/ipv6/conf/${this.bridgeName(index)}/disable_ipv6`, '1', this.logger);
+      const ifaces = (result.interfaces ?? []) as { name: string; mac?: string; sandbox?: string }[];
+      const veth = ifaces.find((i) => !i.sandbox && i.name !== this.bridgeName(index))?.name;
+      const mac = ifaces.find((i) => i.sandbox && i.name === 'eth0')?.mac;
+      if (!veth || !mac) throw new Error(`CNI bridge did not name the veth and MAC of ${boxId}`);
+      await this.checkBridgeKept(index, veth);
+      await this.guardBridge(index);
+      const address = v4.address.split('/')[0];
+      await this.protectBox(boxId, { veth, mac, address });
       this.logger?.debug({ boxId, index, ms: Date.now() - t0 }, 'cni add');
-      return { netnsPath, address: v4.address.split('/')[0], gateway };
+      return { netnsPath, address, gateway };
     } catch (e) {
-      await this.detach(boxId, net).catch(() => undefined);
+      // Undo the plugins' work but keep the netns: the container may already be in it
+      // (BoxSteps starts it side by side), and the retry joins that same netns again.
+      await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
+      await this.unprotectBox(boxId).catch(() => undefined);
       throw e;
     }
+  }
+
+  /**
+   * Fails the attach when `releaseProject` may have removed the bridge under it: the release
+   * marks itself before it looks for ports, so either it sees this box's veth (and keeps the
+   * bridge), or this check, made after the veth joined, sees its mark or the veth already
+   * without its bridge. The mark is looked at first: a release that ends between the two
+   * looks leaves the veth without its bridge by the second. The job retries and makes the
+   * bridge again.
+   */
+  private async checkBridgeKept(index: number, veth: string): Promise<void> {
+    const released = () => new Error(`project network ${index} was being released while a box joined it; try again`);
+    if (await this.releasing(index)) throw released();
+    const master = await fs.promises.readlink(`/sys/class/net/${veth}/master`).catch(() => '');
+    if (path.basename(master) !== this.bridgeName(index)) throw released();
+  }
+
+  private async releasing(index: number): Promise<boolean> {
+    const names = await fs.promises.readdir(this.releaseDir).catch(() => [] as string[]);
+    for (const n of names) {
+      if (!n.startsWith(`${index}-`)) continue;
+      const st = await fs.promises.stat(path.join(this.releaseDir, n)).catch(() => null);
+      if (st && Date.now() - st.mtimeMs < RELEASE_MARK_TTL_MS) return true;
+    }
+    return false;
   }
 
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {
     const t0 = Date.now();
     // DEL works (and frees the address) whether or not the netns is still there.
     await this.cni('DEL', this.bridgeConf(net.index), boxId, 'eth0');
+    // After DEL: the veth is gone, so dropping its chain opens nothing.
+    await this.unprotectBox(boxId);
     const res = await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
     if (res.exitCode !== 0 && (await this.netnsExists(boxId))) {
       throw new CommandError(['ip', 'netns', 'delete', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
@@ -354,34 +723,42 @@ export class CniNetwork implements NetworkDriver {
       .sort();
   }
 
-  /** Removes a project's bridge once no box is on it. Idempotent; answers false while in use. */
+  /**
+   * Removes a project's bridge, its source rule and its IPAM state once no port is left on it.
+   * Idempotent; answers false (and changes nothing) while a box is on it. The mark it leaves
+   * while it works is what a concurrent `attach` checks (`checkBridgeKept`).
+   */
   async releaseProject(net: ProjectNetwork): Promise<boolean> {
     const name = this.bridgeName(net.index);
-    const ports = await run(['ip', '-j', 'link', 'show', 'master', name], { allowFailure: true });
-    if (ports.exitCode === 0 && ports.stdout.trim() && ports.stdout.trim() !== '[]') return false;
-    await run(['ip', 'link', 'delete', name, 'type', 'bridge'], { allowFailure: true });
-    await fs.promises.rm(path.join(this.ipamDir, this.networkName(net.index)), { recursive: true, force: true });
-    return true;
+    await fs.promises.mkdir(this.releaseDir, { recursive: true, mode: 0o700 });
+    const mark = path.join(this.releaseDir, `${net.index}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`);
+    await fs.promises.writeFile(mark, '');
+    try {
+      const ports = await run(['ip', '-j', 'link', 'show', 'master', name], { allowFailure: true });
+      if (ports.exitCode === 0 && ports.stdout.trim() && ports.stdout.trim() !== '[]') return false;
+      const del = await run(['ip', 'link', 'delete', name, 'type', 'bridge'], { allowFailure: true });
+      if (del.exitCode !== 0 && (await exists(`/sys/class/net/${name}`))) throw new CommandError(['ip', 'link', 'delete', name], del.exitCode, del.stdout, del.stderr);
+      const ipt = await this.iptables();
+      for (let i = 0; i < 20; i++) {
+        const res = await run([ipt, '-w', '-t', 'filter', '-D', this.chainSrc, ...this.bridgeRule(net.index)], { allowFailure: true });
+        if (res.exitCode !== 0) break;
+      }
+      await fs.promises.rm(path.join(this.ipamDir, this.networkName(net.index)), { recursive: true, force: true });
+      return true;
+    } finally {
+      await fs.promises.rm(mark, { force: true });
+    }
   }
 
-  /** Removes everything of this host tag: netns, bridges, firewall chains, IPAM state. */
+  /** Removes everything of this host tag: netns, bridges, firewall chains, port table and
+   *  `macspoofchk` leftovers, IPAM state. */
   async destroyAll(): Promise<void> {
     for (const boxId of await this.listAttached()) {
       await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
     }
-    // Bridges this data dir made (named by its IPAM state), plus any left with the full
-    // tag-prefixed name pattern of this host.
-    const indexes = new Set<number>();
-    try {
-      for (const n of await fs.promises.readdir(this.ipamDir)) {
-        const m = new RegExp(`^bh${this.hostTag}p(\\d{1,3})$`).exec(n);
-        if (m) indexes.add(Number(m[1]));
-      }
-    } catch {
-      /* no state */
-    }
-    for (const i of indexes) {
-      if (i <= 255) await run(['ip', 'link', 'delete', this.bridgeName(i), 'type', 'bridge'], { allowFailure: true });
+    // Bridges this data dir made (named by its IPAM state).
+    for (const i of await this.ipamIndexes()) {
+      await run(['ip', 'link', 'delete', this.bridgeName(i), 'type', 'bridge'], { allowFailure: true });
     }
     const br = `${this.bridgePrefix}+`;
     const ipt = await this.iptables().catch(() => null);
@@ -394,14 +771,41 @@ export class CniNetwork implements NetworkDriver {
         ['FORWARD', ['-o', br, '-j', this.chainFwd]],
       ]);
     }
-    // NAT (outbound) exists for IPv4 only.
-    if (ipt) await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
+    // Source checks, outbound refusals and NAT exist for IPv4 only (after IN and FWD, which
+    // jump to them).
+    if (ipt) {
+      await this.removeChain(ipt, 'filter', this.chainSrc, []);
+      await this.removeChain(ipt, 'filter', this.chainOut, []);
+      await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
+    }
+    const rs = await this.nftRuleset().catch(() => null);
+    if (rs) {
+      const cmds = this.spoofchkCleanup(rs, (id) => id.startsWith(`bh${this.hostTag}-`));
+      if (rs.some((o) => o.table?.family === 'bridge' && o.table.name === this.portTable)) cmds.push(`delete table bridge ${this.portTable}`);
+      await this.nft(cmds);
+    }
     await fs.promises.rm(path.join(this.dataDir, 'cni'), { recursive: true, force: true });
   }
 }
 
 function checkIndex(index: number): void {
   if (!Number.isInteger(index) || index < 0 || index > 255) throw new Error(`project network index must be 0…255, not ${index}`);
+}
+
+/** An IPv4 address or CIDR as `iptables -S` prints it (`a.b.c.d/n`, host bits cleared);
+ *  null when it is neither. */
+export function canonicalCidr(s: string): string | null {
+  const [addr, bits, ...rest] = s.trim().split('/');
+  const m = IPV4_RE.exec(addr);
+  if (!m || rest.length > 0) return null;
+  const octets = m.slice(1, 5).map(Number);
+  if (octets.some((o) => o > 255)) return null;
+  const prefix = bits === undefined ? 32 : /^\d{1,2}$/.test(bits) ? Number(bits) : NaN;
+  if (!(prefix >= 0 && prefix <= 32)) return null;
+  const value = octets.reduce((acc, o) => acc * 256 + o, 0);
+  const size = 2 ** (32 - prefix);
+  const net = Math.floor(value / size) * size;
+  return `${[24, 16, 8, 0].map((shift) => Math.floor(net / 2 ** shift) % 256).join('.')}/${prefix}`;
 }
 
 /** iptables -S prints rules normalised; compare loosely (order and words). */
@@ -415,6 +819,15 @@ function sameRules(have: string[], want: string[][]): boolean {
       .filter(Boolean)
       .join(' ');
   return have.every((h, i) => norm(h) === norm(want[i].join(' ')));
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await fs.promises.access(p);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function writeSysctl(file: string, value: string, logger?: DriverLogger): Promise<void> {
