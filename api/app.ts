@@ -4,9 +4,11 @@ import pinoHttp from 'pino-http';
 import type { ApiContext } from './context';
 import { mountRoutes } from './http/route';
 import { errorHandler, unknownRoute } from './http/errorHandler';
+import { rateLimitRequests } from './http/rateLimit';
 import { routes } from './routes';
 
-/** The express app: request ids and logs, metrics, every route, then the error contract. */
+/** The express app: request ids and logs, metrics, the rate limit, every route, then the error
+ *  contract. The limit comes before any body is read, so a caller over it costs one Redis call. */
 export function createApp(api: ApiContext, metricsMiddleware: express.RequestHandler): express.Express {
   const app = express();
   app.disable('x-powered-by');
@@ -25,6 +27,7 @@ export function createApp(api: ApiContext, metricsMiddleware: express.RequestHan
     }),
   );
   app.use(metricsMiddleware);
+  app.use(rateLimitRequests(api, routes));
   app.use(mountRoutes(api, routes));
   app.use(unknownRoute);
   app.use(errorHandler);

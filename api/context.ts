@@ -1,9 +1,20 @@
 import type { Registry } from 'prom-client';
 import type { DomainContext } from '../domain/context';
+import type { ExecSlots } from '../domain/exec';
+import type { RequestLimiter } from './http/rateLimit';
 
 export type { Identity } from '../domain/context';
 
-/** What route handlers get: the domain's context plus the api's own metrics. */
+/** What the api counts in Redis so that its limits hold across api processes. */
+export interface ApiLimits {
+  /** Requests per token (or client address): `config.rateLimit`. */
+  requests: RequestLimiter;
+  /** Concurrent execs per box and per token: `config.execLimits`. */
+  execSlots: ExecSlots;
+}
+
+/** What route handlers get: the domain's context plus the api's own metrics and limits. */
 export interface ApiContext extends DomainContext {
   metrics: Registry;
+  limits: ApiLimits;
 }

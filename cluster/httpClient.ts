@@ -4,7 +4,7 @@ import type Joi from 'joi';
 import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
 import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from './types';
 import {
-  AGENT_ERROR_CODES, agentPath, errorBodySchema, execResultSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
+  AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
@@ -20,6 +20,8 @@ interface CallOptions {
   schema?: Joi.Schema;
   /** The answer is a 200 whose body is `{result}` or `{error}` (exec: headers go out first). */
   envelope?: boolean;
+  /** Aborting it drops the call: the agent sees its request close and ends what it ran. */
+  signal?: AbortSignal;
 }
 
 // No socket limit: a call waiting for a free socket would look like a hung node.
@@ -44,9 +46,11 @@ export class HttpNodeClient implements NodeClient {
   }
 
   async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
-    const body = { ...req, stdin: req.stdin?.toString('base64') };
+    // The signal is not sent: closing the request is how the agent hears of it.
+    const { signal, stdin, ...rest } = req;
+    const body = { ...rest, stdin: stdin?.toString('base64') };
     const totalMs = (req.detach ? 0 : (req.timeoutMs ?? 0)) + EXEC_MARGIN_MS;
-    return this.call<ExecResult>('POST', agentPath('exec', boxId), body, { totalMs, schema: execResultSchema, envelope: true });
+    return this.call<ExecResult>('POST', agentPath('exec', boxId), body, { totalMs, schema: execResultSchema, envelope: true, signal });
   }
 
   async updateLimits(boxId: string, limits: BoxLimits): Promise<void> {
@@ -63,12 +67,16 @@ export class HttpNodeClient implements NodeClient {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise<T>((resolve, reject) => {
+      const { signal } = opts;
       const fail = (e: BoxhostError) => {
         clearTimeout(ack);
         clearTimeout(total);
+        signal?.removeEventListener('abort', onAbort);
         req.destroy();
         reject(e);
       };
+      // The caller went away: the request is destroyed, so the agent's side closes too.
+      const onAbort = () => fail(unavailable(`the call to node ${this.nodeId} was cancelled: its caller went away`));
       // Only an exec answers its headers before its outcome; for the other calls the
       // headers come with the answer, and only the whole call's time counts (see 'socket').
       let ack: NodeJS.Timeout | undefined;
@@ -95,6 +103,7 @@ export class HttpNodeClient implements NodeClient {
           res.on('error', (e) => fail(this.unreachable(e)));
           res.on('end', () => {
             clearTimeout(total);
+            signal?.removeEventListener('abort', onAbort);
             if (size > MAX_AGENT_ANSWER_BYTES) return;
             let status = res.statusCode ?? 0;
             // Only a call that expects no body may get none.
@@ -135,6 +144,8 @@ export class HttpNodeClient implements NodeClient {
           sock.once('connect', afterConnect);
         } else afterConnect();
       });
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
       req.end(payload);
     });
   }
@@ -146,7 +157,9 @@ export class HttpNodeClient implements NodeClient {
     const e = value.error as { code: string; message: string; details?: { field: string; issue: string }[] };
     if (e.code === 'unauthenticated') return unavailable(`node ${this.nodeId} refused the cluster secret`);
     const code = (AGENT_ERROR_CODES as string[]).includes(e.code) ? (e.code as ErrorCode) : 'internal';
-    return new BoxhostError(code, e.message, e.details ?? []);
+    // A node over its exec cap: the client is told when to come back, as for the api's own caps.
+    const headers: Record<string, string> = code === 'rate_limited' ? { 'Retry-After': String(AGENT_RETRY_AFTER_S) } : {};
+    return new BoxhostError(code, e.message, e.details ?? [], headers);
   }
 
   private unreachable(e: Error): BoxhostError {

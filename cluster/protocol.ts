@@ -54,7 +54,11 @@ export const snapshotsSchema = Joi.object({
 
 
 /** The error codes an agent may answer; anything else is read as `internal`. */
-export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'not_found', 'conflict', 'unavailable', 'internal', 'insufficient_storage'];
+export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'not_found', 'conflict', 'rate_limited', 'unavailable', 'internal', 'insufficient_storage'];
+
+/** The wait a node's `rate_limited` answer (its exec cap) stands for: the error body carries no
+ *  headers, so the api adds `Retry-After` itself. */
+export const AGENT_RETRY_AFTER_S = 1;
 
 export const errorBodySchema = Joi.object({
   error: Joi.object({

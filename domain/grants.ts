@@ -2,7 +2,7 @@ import type { Db } from '../db/knex';
 import { Grant, grantsRepo, toGrant } from '../db/repos/grants';
 import { now } from '../core/ids';
 import { isUniqueViolation } from '../db/errors';
-import { conflict, notFound } from '../core/errors';
+import { conflict, invalidField, notFound } from '../core/errors';
 
 export interface GrantInput {
   name: string;
@@ -30,11 +30,17 @@ export async function getGrant(db: Db, name: string): Promise<Grant> {
 
 export const listGrants = async (db: Db) => (await grantsRepo.list(db)).map(toGrant);
 
-/** PUT replaces the fields given; absent fields stay. */
-export async function updateGrant(db: Db, name: string, patch: Partial<Omit<GrantInput, 'name'>>): Promise<Grant> {
+/**
+ * PUT replaces the fields given; absent fields stay. A body may repeat the grant's own `name`
+ * (a record read with GET and sent back whole); a grant is never renamed, so any other name is
+ * refused rather than ignored.
+ */
+export async function updateGrant(db: Db, name: string, patch: Partial<GrantInput>): Promise<Grant> {
+  const { name: named, ...fields } = patch;
+  if (named !== undefined && named !== name) throw invalidField('name', `must be the grant's own name, ${name} (a grant cannot be renamed)`);
   return db.transaction(async (trx) => {
     const current = await getGrant(trx, name);
-    const next: Grant = { ...current, ...patch, updated_at: now() };
+    const next: Grant = { ...current, ...fields, updated_at: now() };
     await grantsRepo.update(trx, next);
     return next;
   });

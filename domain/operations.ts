@@ -21,11 +21,15 @@ export async function showOperation(ctx: DomainContext, r: OperationRow): Promis
   return { id: r.id, kind: r.kind, status: r.status, resource: r.resource, progress: r.progress, error, created_at: r.created_at, updated_at: r.updated_at };
 }
 
-/** A project-limited token sees only its projects' operations (the `project` column). */
+/** The shape of every operation id (`newId('op')`). */
+export const OPERATION_ID_PATTERN = /^op_[a-z0-9]{1,40}$/;
+
+/** A project-limited token sees only its projects' operations (the `project` column). An id of
+ *  another shape cannot exist: it is unknown (404) like any other, without a db read. */
 async function visibleRow(ctx: DomainContext, identity: Identity, id: string): Promise<OperationRow> {
-  const row = await operationsRepo.get(ctx.db, id);
+  const row = OPERATION_ID_PATTERN.test(id) ? await operationsRepo.get(ctx.db, id) : undefined;
   const visible = row && (identity.projects === null || (row.project !== null && canSeeProject(identity, row.project)));
-  if (!visible) throw notFound(`operation ${id}`);
+  if (!visible) throw notFound(`operation ${OPERATION_ID_PATTERN.test(id) ? id : JSON.stringify(id.slice(0, 64))}`);
   return row;
 }
 

@@ -2,6 +2,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { TRANSITIONS } from '../core/box';
 import { defineJob } from './types';
 import { boxJobs } from './boxJobs';
+import { publicReason } from './publicReason';
 
 /** creating → running: clone the root, join the network, start the container. */
 export const createBoxJob = defineJob({
@@ -19,6 +20,7 @@ export const createBoxJob = defineJob({
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return;
     await node.destroy(box).catch((e) => log.warn({ err: (e as Error).message }, 'cleanup of a failed create'));
-    await boxesRepo.update(db, box.id, { status: 'failed', error: `create failed: ${error.message}`, address: null });
+    // Project tokens read the box's error: what failed in plain words (the worker logged it all).
+    await boxesRepo.update(db, box.id, { status: 'failed', error: `create failed: ${publicReason(error)}`, address: null });
   },
 });

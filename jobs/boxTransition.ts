@@ -3,6 +3,7 @@ import { BoxAction, TRANSITIONS } from '../core/box';
 import { defineJob, JobContext, JobRefused } from './types';
 import { boxJobs, BoxRef } from './boxJobs';
 import type { BoxHost } from './ports';
+import { publicReason } from './publicReason';
 
 /**
  * A box job that moves the box through one transitional state of the state machine (stop,
@@ -32,7 +33,8 @@ export const defineBoxTransition = (action: Exclude<BoxAction, 'create'>, step: 
     async onFailed({ payload, db }: JobContext<BoxRef>, error: Error) {
       if (error instanceof JobRefused) return;
       if (await boxesRepo.byId(db, payload.boxId)) {
-        await boxesRepo.update(db, payload.boxId, { status: 'failed', error: `${action} failed: ${error.message}` });
+        // Public words only: project tokens read this (the worker logged the full error).
+        await boxesRepo.update(db, payload.boxId, { status: 'failed', error: `${action} failed: ${publicReason(error)}` });
       }
     },
   });

@@ -14,6 +14,8 @@ import { NodeDirectory } from '../domain/nodes';
 import { startNode, NodeOptions, RunningNode } from '../workers/node';
 import { createApp } from '../api/app';
 import { createMetrics } from '../api/metrics';
+import { createApiLimits } from '../api/limits';
+import { guardUpgrades } from '../api/http/upgrade';
 import type { ApiContext } from '../api/context';
 import { loadAdminToken } from './adminToken';
 
@@ -99,6 +101,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
         drivers: opts.drivers,
       });
       closers.push(() => host.node!.close());
+      host.node.local.maxConcurrentExecs = config.execLimits.perNode;
     }
 
     if (opts.roles.includes('api')) {
@@ -114,6 +117,8 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       const nodes = new NodeDirectory(db, { secret: config.clusterSecret, timeoutMs: config.nodeTimeoutMs });
       if (host.node && nodeRole === 'node') nodes.addLocal(host.node.local);
       const metrics = createMetrics(queue, nodes);
+      const limits = await createApiLimits(config, connection, prefix);
+      closers.push(limits.close);
       const api: ApiContext = {
         config,
         db,
@@ -122,11 +127,13 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
         nodes,
         metrics: metrics.registry,
         adminTokenHash: sha256(admin.token),
+        limits,
       };
       const app = express();
       app.disable('x-powered-by');
       const server = http.createServer(app);
       expressWs(app, server);
+      guardUpgrades(server, api);
       const routesApp = createApp(api, metrics.middleware);
       app.use(routesApp);
       host.api = api;

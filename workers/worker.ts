@@ -3,6 +3,7 @@ import IORedis, { RedisOptions } from 'ioredis';
 import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations';
 import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
 import type { JobContext, JobEnvelope, JobHandler } from '../jobs/types';
+import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
 
 export interface WorkerOptions {
@@ -84,15 +85,17 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     } catch (e) {
       const err = e as Error;
       const final = err instanceof UnrecoverableError || jctx.lastAttempt;
-      log.warn({ err: err.message, final }, 'operation step failed');
+      // The full error (command line, paths, stderr) stays in the node's log under the
+      // operation id; the row, which project tokens read, gets the public reason only.
+      log.warn({ err, final }, 'operation step failed');
       if (final) {
         try {
           await kind.onFailed?.(jctx, err);
         } finally {
-          await finish(operationId, { status: 'failed', error: err.message });
+          await finish(operationId, { status: 'failed', error: publicReason(err) });
         }
       } else {
-        await operationsRepo.update(ctx.db, operationId, { error: `retrying: ${err.message}` });
+        await operationsRepo.update(ctx.db, operationId, { error: `retrying: ${publicReason(err)}` });
       }
       throw err;
     }
@@ -120,10 +123,11 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       if (!op || isFinished(op.status) || !gaveUp) return;
       const kind = registry.get(job.name);
       const jctx = jobContext(job, job.data.payload);
+      jctx.log.warn({ err }, 'operation failed for good');
       try {
         await kind?.onFailed?.(jctx, err);
       } finally {
-        await finish(op.id, { status: 'failed', error: err.message });
+        await finish(op.id, { status: 'failed', error: publicReason(err) });
       }
     })().catch((e) => ctx.log.warn({ err: (e as Error).message }, 'recording a failed job'));
   });

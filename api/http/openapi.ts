@@ -28,9 +28,11 @@ export function buildOpenApi(routes: RouteDef[], version: string) {
         : { description: doc.description };
     }
     for (const [status, code] of Object.entries(COMMON_ERRORS)) {
-      if (def.access === 'public' && status === '401') continue;
+      // Public routes need no token and are never rate limited.
+      if (def.access === 'public' && (status === '401' || status === '429')) continue;
       responses[status] ??= { description: code, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
     }
+    if (def.body) responses[415] ??= { description: 'invalid_argument: a charset other than UTF-8 or an unknown Content-Encoding', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
     paths[def.path] ??= {};
     paths[def.path][def.method] = {
       summary: def.summary,

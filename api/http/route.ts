@@ -1,8 +1,10 @@
+import { isUtf8 } from 'node:buffer';
 import express, { NextFunction, Request, Response, Router } from 'express';
 import Joi from 'joi';
 import type { ApiContext, Identity } from '../context';
 import { authenticate } from '../../domain/tokens';
 import { forbidden, invalid, unauthenticated } from '../../core/errors';
+import { NotUnicodeError, StatusError } from './errorHandler';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
@@ -71,7 +73,40 @@ export function validate<T>(schema: Joi.Schema<T> | undefined, value: unknown, w
   return out as T;
 }
 
-function bearer(req: Request): string | undefined {
+/** The `charset` parameter of a Content-Type header, lowercased (undefined when absent). */
+function charsetOf(contentType: string | undefined): string | undefined {
+  const m = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(contentType ?? '');
+  return m ? (m[1] ?? m[2]).toLowerCase() : undefined;
+}
+
+/**
+ * JSON bodies are UTF-8 (RFC 8259 §8.1): any other declared charset is refused with 415 before
+ * the body is read, rather than decoded into something the client did not mean.
+ */
+const utf8Only: express.RequestHandler = (req, _res, next) => {
+  const charset = charsetOf(req.headers['content-type']);
+  if (charset === undefined || charset === 'utf-8' || charset === 'utf8') return next();
+  next(new StatusError(415, 'invalid_argument', `the body's charset ${JSON.stringify(charset)} is not supported: JSON bodies are UTF-8`, [
+    { field: 'content-type', issue: 'charset must be utf-8' },
+  ]));
+};
+
+/** Bytes that are not UTF-8 are refused (400) instead of being stored as U+FFFD. */
+function verifyUtf8(_req: unknown, _res: unknown, buf: Buffer): void {
+  if (!isUtf8(buf)) throw invalid('the body is not valid UTF-8', [{ field: 'body', issue: 'is not valid UTF-8' }]);
+}
+
+/** A lone surrogate (`"\ud800"`) is JSON but no text: it would not survive a round trip through
+ *  the database either, so it is refused like invalid UTF-8. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+function wellFormed(key: string, value: unknown): unknown {
+  if (LONE_SURROGATE.test(key) || (typeof value === 'string' && LONE_SURROGATE.test(value))) {
+    throw new NotUnicodeError('a string is not valid Unicode');
+  }
+  return value;
+}
+
+export function bearer(req: { headers: { authorization?: string } }): string | undefined {
   const h = req.headers.authorization;
   if (!h) return undefined;
   const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
@@ -79,6 +114,9 @@ function bearer(req: Request): string | undefined {
 }
 
 export async function identify(api: ApiContext, req: Request): Promise<Identity> {
+  // The rate limiter (api/http/rateLimit.ts) has authenticated the request already.
+  const known = (req.res?.locals as { identity?: Identity } | undefined)?.identity;
+  if (known) return known;
   const secret = bearer(req);
   if (!secret) throw unauthenticated();
   const identity = await authenticate(api.db, api.adminTokenHash, secret);
@@ -92,7 +130,7 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
   for (const def of routes) {
     const handlers: express.RequestHandler[] = [];
     if (!def.rawBody && def.method !== 'get' && def.method !== 'delete') {
-      handlers.push(express.json({ limit: def.bodyLimit ?? '1mb', strict: false }));
+      handlers.push(utf8Only, express.json({ limit: def.bodyLimit ?? '1mb', strict: false, verify: verifyUtf8, reviver: wellFormed }));
     }
     handlers.push(async (req: Request, res: Response, next: NextFunction) => {
       try {

@@ -27,6 +27,7 @@ export const projectParam = Joi.string().pattern(NAME_PATTERN).messages({ 'strin
 export const COMMON_ERRORS: Record<number, string> = {
   400: 'invalid_argument',
   401: 'unauthenticated',
+  429: 'rate_limited (per-token request rate; see Retry-After)',
   500: 'internal',
   503: 'unavailable',
 };

@@ -1,10 +1,12 @@
-import { conflict, invalid } from '../../core/errors';
+import { BoxhostError, conflict, invalid } from '../../core/errors';
 import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
 import type { RuntimeDriver, StorageDriver } from '../drivers';
 import { BoxNotRunningError, ExecInputError } from '../errors';
 
 const HEALTH_TIMEOUT_MS = 2000;
+/** How long a caller over the node's exec cap is told to wait: a slot frees whenever one ends. */
+const EXEC_RETRY_AFTER_S = 1;
 
 /**
  * This node's side of `NodeClient`, straight on its drivers: what the api calls in-process
@@ -18,8 +20,30 @@ export class LocalNode implements NodeClient {
     private readonly storage: StorageDriver,
   ) {}
 
+  /**
+   * Execs this node runs at most at once, whoever asks (`config.execLimits.perNode`, set by the
+   * composition root): the api counts per box and per token, but only the node sees every api
+   * process's execs together. Over it → 429 `rate_limited`.
+   */
+  maxConcurrentExecs = Infinity;
+  private runningExecs = 0;
+
+  /** Execs running on this node now. */
+  get execsRunning(): number {
+    return this.runningExecs;
+  }
+
   async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
+    if (this.runningExecs >= this.maxConcurrentExecs) {
+      throw new BoxhostError('rate_limited', `node ${this.nodeId} is running its most concurrent execs (${this.maxConcurrentExecs}); try again when one has ended`, [], {
+        'Retry-After': String(EXEC_RETRY_AFTER_S),
+      });
+    }
+    // A caller that left before its exec started: nothing to run for it.
+    if (req.signal?.aborted) throw new BoxhostError('unavailable', 'the exec was cancelled before it started: its caller went away');
+    this.runningExecs++;
     try {
+      // The signal goes to the runtime, which ends the process when the caller goes away.
       return await this.runtime.exec(boxId, req);
     } catch (e) {
       if (e instanceof ExecInputError) {
@@ -28,6 +52,8 @@ export class LocalNode implements NodeClient {
       }
       if (e instanceof BoxNotRunningError) throw conflict('the box is not running');
       throw e;
+    } finally {
+      this.runningExecs--;
     }
   }
 

@@ -84,13 +84,23 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     } catch (e) {
       return next(e);
     }
+    // The api closes its request when its own client went away (or it gave up): the command
+    // ends with it. A detached exec has nothing left to end once started.
+    const gone = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) gone.abort();
+    };
+    res.on('close', onClose);
     res.status(200).setHeader('content-type', 'application/json');
     res.flushHeaders();
     try {
-      const result = await opts.node.exec(id, { ...body, stdin: body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64') });
+      const stdin = body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64');
+      const result = await opts.node.exec(id, { ...body, stdin, signal: gone.signal });
       res.end(JSON.stringify({ result }));
     } catch (e) {
       res.end(JSON.stringify(toError(e, req.path, opts.log).toBody()));
+    } finally {
+      res.off('close', onClose);
     }
   });
   app.post(agentRoutes.limits, handle(async (req) => opts.node.updateLimits(await box(req), check(limitsSchema, req.body))));

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { stringMap } from '../../http/schemas';
-import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS } from '../../../domain/exec';
+import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS, MAX_EXEC_TIMEOUT_SECS } from '../../../domain/exec';
 import { boxParams, BoxParams } from './schemas';
 
 export default defineRoute<ExecRequest, unknown, BoxParams>({
@@ -18,7 +18,8 @@ export default defineRoute<ExecRequest, unknown, BoxParams>({
     shell: Joi.boolean().default(false),
     tty: Joi.boolean().default(false),
     user: Joi.string().pattern(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/),
-    timeout_secs: Joi.number().integer().min(1).max(24 * 3600).default(DEFAULT_EXEC_TIMEOUT_SECS),
+    timeout_secs: Joi.number().integer().min(1).max(MAX_EXEC_TIMEOUT_SECS).default(DEFAULT_EXEC_TIMEOUT_SECS)
+      .description(`seconds before the command is killed (exit 124); at most ${MAX_EXEC_TIMEOUT_SECS}`),
   }),
   responses: {
     200: {
@@ -27,6 +28,20 @@ export default defineRoute<ExecRequest, unknown, BoxParams>({
     },
     404: { description: 'no such box' },
     409: { description: 'the box is not running' },
+    429: { description: 'too many concurrent execs in the box, for the token or on its node (see Retry-After)' },
   },
-  handler: async ({ api, identity, params, body }) => ({ body: await execInBox(api, identity, params.project, params.name, body) }),
+  handler: async ({ api, identity, params, body, res }) => {
+    // A client that goes away before its answer takes its command with it (unless no_hup):
+    // nobody would read the output, and the process would hold a slot until its timeout.
+    const gone = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) gone.abort();
+    };
+    res.on('close', onClose);
+    try {
+      return { body: await execInBox(api, identity, params.project, params.name, body, { slots: api.limits.execSlots, signal: gone.signal }) };
+    } finally {
+      res.off('close', onClose);
+    }
+  },
 });

@@ -1,0 +1,87 @@
+import crypto from 'node:crypto';
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { BoxhostError, invalid, notFound, unauthenticated } from '../../core/errors';
+import type { ApiContext } from '../context';
+import { httpStatusOf } from './errorHandler';
+import { callerKey } from './rateLimit';
+
+/**
+ * The WebSocket routes, written the OpenAPI way (`/v1/projects/{project}/boxes/{name}/exec/ws`).
+ * None is built yet (WebSocket exec and console come with their issue, DESIGN.md §4): a route
+ * that mounts one with express-ws adds its path here, or its handshakes are refused with 404.
+ */
+export const websocketRoutes: string[] = [];
+
+const patternOf = (path: string) =>
+  new RegExp(`^${path.split('/').map((seg) => (/^\{\w+\}$/.test(seg) ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}$`);
+
+type UpgradeListener = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+/**
+ * Whether a WebSocket handshake may go on to express-ws, or the contract's error to refuse it
+ * with: counted by the rate limiter like any request, then 401 without a valid token (DESIGN.md
+ * §6: "refused for auth answer 401, no upgrade"), then 404 for a path with no WebSocket route.
+ * The token comes first so that a caller without one learns nothing about which paths exist.
+ */
+export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, routes: string[] = websocketRoutes): Promise<BoxhostError | null> {
+  const { key, identity } = await callerKey(api, req);
+  await api.limits.requests.consume(key);
+  if (!identity) return unauthenticated();
+  let path: string;
+  try {
+    path = new URL(req.url ?? '/', 'http://upgrade.invalid').pathname;
+    path.split('/').forEach((seg) => decodeURIComponent(seg));
+  } catch {
+    return invalid('the path is not valid percent-encoding', [{ field: 'path', issue: 'is not valid percent-encoded UTF-8' }]);
+  }
+  if (!routes.some((r) => patternOf(r).test(path))) return notFound(`WebSocket route ${path}`);
+  return null;
+}
+
+/** Answers a refused handshake on the raw socket: the status and the error body, no upgrade. */
+function refuse(socket: Duplex, error: BoxhostError, requestId: string): void {
+  const status = httpStatusOf(error);
+  const body = JSON.stringify(error.toBody());
+  const head = [
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    `X-Request-Id: ${requestId}`,
+    ...Object.entries(error.headers).map(([k, v]) => `${k}: ${v}`),
+  ];
+  if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
+  else socket.destroy();
+}
+
+/**
+ * Puts the handshake check in front of whatever already listens for upgrades on `server`
+ * (express-ws, which would otherwise answer 101 to any path and only then find no route): the
+ * listeners are taken off and called only for a handshake `checkUpgrade` lets through. Call it
+ * right after `expressWs(app, server)`.
+ */
+export function guardUpgrades(server: http.Server, api: ApiContext): void {
+  const next = server.listeners('upgrade') as UpgradeListener[];
+  server.removeAllListeners('upgrade');
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => undefined);
+    const requestId = crypto.randomUUID();
+    checkUpgrade(api, req)
+      .then((refusal) => refusal ?? (next.length ? null : notFound('WebSocket route')))
+      .catch((err: unknown) => {
+        if (err instanceof BoxhostError && err.code !== 'internal') return err;
+        api.log.error({ err, reqId: requestId }, 'websocket handshake check failed');
+        return new BoxhostError('internal', `internal error (request id ${requestId})`);
+      })
+      .then((refusal) => {
+        if (!refusal) {
+          for (const listener of next) listener.call(server, req, socket, head);
+          return;
+        }
+        // The path only: a query may carry a ticket once browsers connect with one.
+        api.log.info({ reqId: requestId, path: (req.url ?? '').split('?')[0], status: httpStatusOf(refusal) }, 'websocket handshake refused');
+        refuse(socket, refusal, requestId);
+      });
+  });
+}
