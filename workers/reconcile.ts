@@ -2,6 +2,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { operationsRepo } from '../db/repos/operations';
 import { projectsRepo } from '../db/repos/projects';
 import { repairFor } from '../core/box';
+import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
 
 export interface ReconcileReport {
@@ -55,7 +56,8 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
         throw new Error(`interrupted while ${box.status}: its operation was lost`);
       }
     } catch (e) {
-      await boxesRepo.update(ctx.db, box.id, { status: 'failed', error: (e as Error).message });
+      ctx.log.warn({ boxId: box.id, err: e }, 'reconciliation failed a box');
+      await boxesRepo.update(ctx.db, box.id, { status: 'failed', error: publicReason(e) });
       report.failed.push(box.id);
     }
   }
