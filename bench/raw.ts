@@ -1,7 +1,9 @@
 /**
  * The raw-tool floor: the same work done with the bare CLIs, no API, no queue, no database.
  *
- * - create: `zfs clone <base>@base <root>/bench-raw-N` + config.json + `runc run -d` (timed together)
+ * - create: `zfs clone <base>@base <root>/bench-raw-N` + config.json + `runc run -d` (timed
+ *   together), with the boxes' own config: a user namespace with the project's mapping (runc
+ *   makes it, and the netns inside it) on a clone of the base's copy shifted into that range
  * - exec:   `runc --root <dataDir>/runc exec <container> true`
  *
  * Everything here is spawned directly (not through core/command's `run`, which the bench probes),
@@ -10,8 +12,10 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { buildOciSpec } from '../workers/runtime/ociSpec';
-import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN, runDetached } from '../workers/runtime/runc';
+import type { IdMap } from '../core/box';
+import { buildOciSpec, hostNofileHard } from '../workers/runtime/ociSpec';
+import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN } from '../workers/runtime/runc';
+import { runcLogTail, runDetached } from '../workers/runtime/runcRun';
 import { nowMs } from './stats';
 
 const ZFS_BIN = fs.existsSync('/usr/sbin/zfs') ? '/usr/sbin/zfs' : 'zfs';
@@ -43,16 +47,6 @@ async function must(argv: string[]): Promise<ProcResult> {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-function hostNofileHard(): number {
-  try {
-    const m = /^Max open files\s+\S+\s+(\S+)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'));
-    if (m && m[1] !== 'unlimited') return Number(m[1]);
-  } catch {
-    /* default below */
-  }
-  return 1024;
-}
-
 export interface RawCreateSample {
   cloneMs: number;
   /** Writing config.json into the bundle. */
@@ -66,8 +60,12 @@ export interface RawRunnerOptions {
   hostTag: string;
   /** The ZFS dataset that holds bases/ and boxes/ (the pool itself for the loop-file pool). */
   zfsRoot: string;
-  /** `<root>/bases/busybox/<version>@base`: the snapshot the API's boxes are cloned from. */
+  /** The snapshot the API's boxes are cloned from: the busybox base's copy in `idMap`'s range. */
   baseSnapshot: string;
+  /** The user namespace mapping of the bench project's boxes (none: no user namespace). */
+  idMap?: IdMap;
+  /** Names this runner's datasets, containers and directories (`raw`). */
+  name?: string;
 }
 
 export class RawRunner {
@@ -77,10 +75,12 @@ export class RawRunner {
   private readonly containers: { id: string; cgroupsPath: string }[] = [];
   private template?: Record<string, any>;
   private mountRoot = '';
+  private readonly name: string;
 
   constructor(private readonly opts: RawRunnerOptions) {
-    this.runcRoot = path.join(opts.dataDir, 'bench-raw', 'runc');
-    this.bundlesDir = path.join(opts.dataDir, 'bench-raw', 'bundles');
+    this.name = opts.name ?? 'raw';
+    this.runcRoot = path.join(opts.dataDir, `bench-${this.name}`, 'runc');
+    this.bundlesDir = path.join(opts.dataDir, `bench-${this.name}`, 'bundles');
   }
 
   /** The OCI config every raw container gets: the repo's own builder (same mounts, seccomp,
@@ -100,6 +100,7 @@ export class RawRunner {
       tiniPath: TINI_BIN,
       busyboxPath: BUSYBOX_BIN,
       nofileHard: hostNofileHard(),
+      idMap: this.opts.idMap,
     }) as Record<string, any>;
     spec.process.terminal = false;
     spec.linux.namespaces = (spec.linux.namespaces as { type: string; path?: string }[]).map((ns) => (ns.type === 'network' ? { type: 'network' } : ns));
@@ -111,9 +112,9 @@ export class RawRunner {
   /** clone + bundle + `runc run -d`, timed together. */
   async createAndRun(n: number): Promise<RawCreateSample> {
     if (!this.template) throw new Error('prepare() first');
-    const ds = `${this.opts.zfsRoot}/bench-raw-${n}`;
-    const rootfs = path.join(this.mountRoot, `bench-raw-${n}`);
-    const id = `bhbench${this.opts.hostTag}-${n}`;
+    const ds = `${this.opts.zfsRoot}/bench-${this.name}-${n}`;
+    const rootfs = path.join(this.mountRoot, `bench-${this.name}-${n}`);
+    const id = `bhbench${this.opts.hostTag}${this.name}-${n}`;
     const cgroupsPath = `/${id}`;
     const bundle = path.join(this.bundlesDir, id);
     fs.mkdirSync(bundle, { recursive: true, mode: 0o700 });
@@ -130,12 +131,10 @@ export class RawRunner {
     const code = await runDetached(RUNC_BIN, this.runcRoot, bundle, id);
     const t3 = nowMs();
     this.containers.push({ id, cgroupsPath });
-    if (code !== 0) {
-      const tail = fs.readFileSync(path.join(bundle, 'container.log'), 'utf8').slice(-2000);
-      throw new Error(`runc run -d ${id} exited ${code}: ${tail.trim()}`);
-    }
+    if (code !== 0) throw new Error(`runc run -d ${id} exited ${code}: ${(await runcLogTail(bundle)).trim()}`);
     // Outside the timing: the container really runs on the clone (not on an unmounted, empty dir).
     if (!fs.existsSync(path.join(rootfs, 'bin', 'busybox'))) throw new Error(`raw clone ${ds} is not mounted at ${rootfs}`);
+    if (this.opts.idMap && fs.statSync(rootfs).uid !== this.opts.idMap.hostId) throw new Error(`raw clone ${ds} is not in the id range from ${this.opts.idMap.hostId}`);
     const state = JSON.parse((await must([RUNC_BIN, '--root', this.runcRoot, 'state', id])).stdout) as { status: string };
     if (state.status !== 'running') throw new Error(`raw container ${id} is ${state.status}`);
     return { cloneMs: t1 - t0, bundleMs: t2 - t1, runMs: t3 - t2, totalMs: t3 - t0 };

@@ -4,11 +4,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { run, sleep } from '../core/command';
+import { projectIdMap } from '../core/box';
 import { fillBusyboxRootfs, busyboxVersion } from '../workers/bases/busyboxRootfs';
+import { shiftTree } from '../workers/bases/idShift';
 import type { ContainerSpec } from '../workers/drivers';
 import { BoxNotRunningError } from '../workers/errors';
 import { applyResourceParts, resourceParts, runcUpdateArgs } from '../workers/runtime/limits';
-import { buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
+import { BOX_OOM_SCORE_ADJ, buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } from '../workers/runtime/runc';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -29,13 +31,17 @@ const text = (s: Readable) =>
     s.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
   });
 const boxIds: string[] = [];
+/** The user namespace of every box here (a range no test host's project uses). */
+const idMap = projectIdMap(250);
 
-/** A box with a plain directory root (no ZFS) and an empty network namespace of its own. */
+/** A box with a plain directory root (no ZFS) shifted into `idMap`, and an empty network
+ *  namespace of its own (which the runtime replaces by one in the box's user namespace). */
 async function makeBox(boxId: string, extra: Partial<ContainerSpec> = {}): Promise<ContainerSpec> {
   const rootfs = path.join(dataDir, 'roots', boxId);
   if (!fs.existsSync(rootfs)) {
     fs.mkdirSync(rootfs, { recursive: true });
     await fillBusyboxRootfs(rootfs);
+    await shiftTree(rootfs, idMap);
   }
   const ns = `bh${hostTag}-${boxId}`;
   if (!fs.existsSync(`/run/netns/${ns}`)) {
@@ -52,6 +58,7 @@ async function makeBox(boxId: string, extra: Partial<ContainerSpec> = {}): Promi
     ramMb: 64,
     environment: { GREETING: "it's a box", EMPTY: '' },
     mounts: [],
+    idMap,
     ...extra,
   };
 }
@@ -86,8 +93,19 @@ t.test('OCI spec', async (t) => {
   };
   const spec = buildOciSpec(input) as any;
   t.same(spec.process.capabilities.bounding, DEFAULT_CAPABILITIES);
+  for (const cap of ['CAP_NET_RAW', 'CAP_MKNOD', 'CAP_AUDIT_WRITE']) t.notOk(DEFAULT_CAPABILITIES.includes(cap), `${cap} dropped`);
   t.equal(spec.process.noNewPrivileges, true);
-  t.same(spec.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }]);
+  t.same(spec.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }, { type: 'RLIMIT_CORE', hard: 0, soft: 0 }], 'no core files');
+  t.equal(spec.process.oomScoreAdj, BOX_OOM_SCORE_ADJ);
+  t.notOk(spec.linux.seccomp.syscalls.some((s: any) => s.action === 'SCMP_ACT_ALLOW' && s.names.some((n: string) => n.startsWith('io_uring'))), 'io_uring is not allowed');
+  t.notOk(spec.linux.namespaces.some((n: any) => n.type === 'user'), 'no user namespace without an id map');
+  t.same(spec.linux.sysctl, { 'net.ipv4.ping_group_range': '0 2147483647' });
+  const inUserns = buildOciSpec({ ...input, idMap: { hostId: 1_065_536, size: 65536 }, usernsPath: '/run/boxhost/userns/x' }) as any;
+  t.same(inUserns.linux.namespaces[0], { type: 'user', path: '/run/boxhost/userns/x' }, 'the box joins its user namespace first');
+  t.same(inUserns.linux.uidMappings, [{ containerID: 0, hostID: 1_065_536, size: 65536 }]);
+  t.same(inUserns.linux.gidMappings, inUserns.linux.uidMappings);
+  t.same(inUserns.linux.sysctl, { 'net.ipv4.ping_group_range': '0 65535' }, 'every group the namespace maps may ping');
+  t.throws(() => buildOciSpec({ ...input, idMap: { hostId: 0, size: 65536 } }), /invalid id map/);
   t.equal(spec.linux.resources.memory.limit, 100 * 1024 * 1024);
   t.equal(spec.linux.resources.memory.swap, 100 * 1024 * 1024);
   t.same(spec.linux.resources.cpu, { quota: 150000, period: 100000 });
@@ -171,10 +189,34 @@ t.test('a box runs', async (t) => {
     const status = (await ex(['cat', '/proc/self/status'])).stdout;
     t.match(status, /^NoNewPrivs:\s+1$/m);
     t.match(status, /^Seccomp:\s+2$/m);
-    t.match(status, /^CapEff:\s+00000000a80425fb$/m, "Docker's default capabilities");
+    t.match(status, /^CapEff:\s+00000000800405fb$/m, "Docker's default capabilities without NET_RAW, MKNOD, AUDIT_WRITE");
     t.not((await ex(['unshare', '-n', 'true'])).exitCode, 0, 'unshare fails');
     t.not((await ex(['hostname', 'other'])).exitCode, 0, 'sethostname fails');
     t.equal((await ex(['hostname'])).stdout, 'host-alpha\n');
+    const mknod = await ex(['mknod', '/tmp/null2', 'c', '1', '3']);
+    t.not(mknod.exitCode, 0, 'mknod fails');
+    t.notOk(fs.existsSync(path.join(spec.rootfs, 'tmp/null2')));
+    t.match((await ex(['arping', '-c', '1', '-w', '1', '-I', 'lo', '127.0.0.1'])).stderr, /not permitted/, 'a raw (packet) socket fails');
+    t.equal((await ex(['cat', '/proc/sys/net/ipv4/ping_group_range'])).stdout, '0\t65535\n', 'ICMP datagram sockets for every box group');
+    t.equal((await ex(['sh', '-c', 'ulimit -c'])).stdout, '0\n', 'no core files');
+    t.match((await ex(['cat', '/proc/self/limits'])).stdout, /^Max core file size\s+0\s+0\s/m, 'hard limit too: the box cannot raise it');
+  });
+
+  t.test('user namespace: root in the box is an unprivileged host user', async (t) => {
+    t.equal((await ex(['id', '-u'])).stdout, '0\n');
+    t.equal((await ex(['cat', '/proc/self/uid_map'])).stdout.trim().split(/\s+/).join(' '), `0 ${idMap.hostId} ${idMap.size}`);
+    t.equal((await ex(['cat', '/proc/self/gid_map'])).stdout.trim().split(/\s+/).join(' '), `0 ${idMap.hostId} ${idMap.size}`);
+    t.equal(fs.readFileSync(`/proc/${pid1}/status`, 'utf8').match(/^Uid:\s+(\d+)/m)?.[1], String(idMap.hostId), 'PID 1 runs as the range\'s first host id');
+    await ex(['sh', '-c', 'echo mine > /tmp/by-root']);
+    await ex(['sh', '-c', 'echo mine > /tmp/by-box'], { user: 'box' });
+    const byRoot = fs.statSync(path.join(spec.rootfs, 'tmp/by-root'));
+    const byBox = fs.statSync(path.join(spec.rootfs, 'tmp/by-box'));
+    t.same([byRoot.uid, byRoot.gid], [idMap.hostId, idMap.hostId], 'a file root writes is owned by the range on the host');
+    t.same([byBox.uid, byBox.gid], [idMap.hostId + 1000, idMap.hostId + 1000], "and a user's by its id in the range");
+    t.equal((await ex(['id', '-u'], { user: '1234:1234' })).stdout, '1234\n', '--user takes box ids');
+    await t.rejects(ex(['id'], { user: '70000:70000' }), ExecInputError, 'an id past the range is refused');
+    t.equal(fs.readFileSync(`/proc/${pid1}/oom_score_adj`, 'utf8').trim(), String(BOX_OOM_SCORE_ADJ), "PID 1's OOM score");
+    t.equal((await ex(['cat', '/proc/self/oom_score_adj'])).stdout.trim(), String(BOX_OOM_SCORE_ADJ), "an exec'd process's OOM score");
   });
 
   t.test('/etc/boxes-env and environment', async (t) => {
@@ -304,11 +346,14 @@ t.test('a box runs', async (t) => {
     t.equal(seq.stdout.length, want.length);
     t.ok(seq.stdout === want, 'nothing lost under the cap');
     t.equal(seq.truncated, false);
-    const big = await ex(['sh', '-c', `head -c ${EXEC_OUTPUT_CAP_BYTES + 100000} /dev/zero | tr '\\0' x; echo done >&2`]);
-    t.equal(big.exitCode, 0);
+    const t0 = Date.now();
+    const big = await ex(['sh', '-c', `echo started >&2; head -c ${EXEC_OUTPUT_CAP_BYTES + 100000} /dev/zero | tr '\\0' x; sleep 30; echo never >&2`]);
+    t.equal(big.exitCode, 137, 'killed once past the cap');
+    t.ok(Date.now() - t0 < 20_000, `it did not run on (${Date.now() - t0} ms)`);
     t.equal(big.stdout.length, EXEC_OUTPUT_CAP_BYTES);
     t.equal(big.truncated, true);
-    t.equal(big.stderr, 'done\n');
+    t.equal(big.stderr, 'started\n');
+    t.notMatch((await ex(['ps', '-o', 'args'])).stdout, /sleep 30$/m, 'its children are gone too');
     const bg = await ex(['sh', '-c', 'sleep 20 & echo fg']);
     t.equal(bg.stdout, 'fg\n', 'a background child holding stdout does not hold the answer');
   });
@@ -447,6 +492,52 @@ t.test('a box runs', async (t) => {
     }
   });
 
+  t.test('box environment values never reach a host command line', async (t) => {
+    const secret = `s3cret-${crypto.randomBytes(6).toString('hex')}`;
+    await runtime.writeEnvironment('alpha', { BOX_SECRET: secret });
+    const running = ex(['sh', '-c', 'sleep 1; echo "$BOX_SECRET $CALL_SECRET"'], { env: { CALL_SECRET: `${secret}-call` } });
+    await sleep(400);
+    const cmdlines: { pid: string; cmdline: string }[] = [];
+    for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+      try {
+        cmdlines.push({ pid, cmdline: fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ') });
+      } catch {
+        /* gone */
+      }
+    }
+    const runcExec = cmdlines.find((c) => c.cmdline.includes(' exec ') && c.cmdline.includes(runtime.containerId('alpha')));
+    t.ok(runcExec, 'the runc exec process was seen');
+    t.match(runcExec?.cmdline, /--process /, 'it was given a process file');
+    t.same(cmdlines.filter((c) => c.cmdline.includes(secret)), [], 'no host command line holds a value');
+    t.same(fs.readdirSync(path.join(dataDir, 'exec')).filter((f) => f.endsWith('.json')), [], 'the process file is gone once the process runs');
+    t.equal((await running).stdout, `${secret} ${secret}-call\n`, 'the process still has them');
+    await runtime.writeEnvironment('alpha', spec.environment);
+  });
+
+  t.test('an aborted exec is killed, with its group: 137', async (t) => {
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    const t0 = Date.now();
+    const r = await ex(['sh', '-c', 'echo started; sleep 30 & sleep 30; echo never'], { signal: ac.signal });
+    t.equal(r.exitCode, 137);
+    t.equal(r.stdout, 'started\n');
+    t.ok(Date.now() - t0 < 5000, `ended soon (${Date.now() - t0} ms)`);
+    t.notMatch((await ex(['ps', '-o', 'args'])).stdout, /sleep 30$/m, 'nothing it started runs on');
+    const already = new AbortController();
+    already.abort();
+    t.equal((await ex(['sleep', '30'], { signal: already.signal })).exitCode, 137, 'aborted before it started');
+  });
+
+  t.test("PID 1 writes to no host file; runc's own log stays small", async (t) => {
+    t.equal(fs.readlinkSync(`/proc/${pid1}/fd/1`), '/dev/null', "PID 1's stdout");
+    t.equal(fs.readlinkSync(`/proc/${pid1}/fd/2`), '/dev/null', "PID 1's stderr");
+    const sizes = () => Object.fromEntries(fs.readdirSync(runtime.bundlePath('alpha')).map((f) => [f, fs.statSync(path.join(runtime.bundlePath('alpha'), f)).size]));
+    const before = sizes();
+    const dd = await ex(['sh', '-c', 'dd if=/dev/zero of=/proc/1/fd/1 bs=1M count=50 2>&1; dd if=/dev/zero of=/proc/1/fd/2 bs=1M count=50 2>&1']);
+    t.equal(dd.exitCode, 0, dd.stdout);
+    t.same(sizes(), before, 'no file of the bundle grew');
+  });
+
   t.test('writeEnvironment on a running box', async (t) => {
     await runtime.writeEnvironment('alpha', { NEWVAR: 'new value' });
     t.equal((await ex(['cat', '/etc/boxes-env'])).stdout, "NEWVAR='new value'\n");
@@ -567,6 +658,8 @@ t.test('data volume mounts', async (t) => {
   const vol = path.join(dataDir, 'vol');
   fs.mkdirSync(vol);
   fs.writeFileSync(path.join(vol, 'f'), 'volume data');
+  // A volume is written by root in the box only when it is owned in the box's id range.
+  fs.chownSync(vol, idMap.hostId, idMap.hostId);
   const spec = await makeBox('gamma', {
     mounts: [
       { source: vol, destination: '/data', readOnly: false },
@@ -579,4 +672,36 @@ t.test('data volume mounts', async (t) => {
   t.equal(fs.readFileSync(path.join(vol, 'g'), 'utf8'), 'w\n');
   t.not((await runtime.exec('gamma', { command: ['sh', '-c', 'echo w > /ro/h'] })).exitCode, 0, 'read-only mount');
   await runtime.remove('gamma');
+});
+
+t.test('a box whose processes ignore SIGTERM, even stopped, is killed at the end of its grace', async (t) => {
+  const spec = await makeBox('delta');
+  await runtime.start(spec);
+  const pid1 = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId('delta')])).stdout).pid;
+  const child = Number(fs.readFileSync(`/proc/${pid1}/task/${pid1}/children`, 'utf8').trim().split(/\s+/)[0]);
+  t.ok(child > 0, "tini's child");
+  process.kill(child, 'SIGSTOP');
+  await sleep(100);
+  t.match(fs.readFileSync(`/proc/${child}/stat`, 'utf8'), /\) T /, 'it is stopped');
+  const t0 = Date.now();
+  await runtime.stop('delta', 2);
+  const took = Date.now() - t0;
+  t.ok(took >= 1900 && took < 4000, `gone within grace + 2 s (${took} ms)`);
+  t.equal(await runtime.status('delta'), null);
+  t.notOk(fs.existsSync(`/proc/${child}`), 'the stopped process is gone');
+  await runtime.remove('delta');
+});
+
+t.test("a start that fails says why, from runc's log", async (t) => {
+  const spec = await makeBox('epsilon', { rootfs: path.join(dataDir, 'roots', 'no-such-root') });
+  const err = await runtime.start(spec).then(
+    () => null,
+    (e: Error) => e,
+  );
+  t.ok(err, 'the start failed');
+  t.match(err?.message, /no such file or directory|rootfs/i, "runc's reason");
+  const log = path.join(runtime.bundlePath('epsilon'), 'runc.log');
+  t.ok(fs.statSync(log).size > 0, 'runc wrote its log');
+  t.ok((err?.message.length ?? 0) < 6000, 'only a tail of it');
+  await runtime.remove('epsilon');
 });

@@ -8,6 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { run } from '../core/command';
+import { projectIdMap } from '../core/box';
+import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';
 import { StorageInUseError, ZfsStorage } from '../workers/storage/zfs';
 
@@ -26,6 +28,13 @@ const zfsValue = async (name: string, prop: string) =>
 const datasets = async (type = 'filesystem') =>
   (await run(['zfs', 'list', '-H', '-o', 'name', '-t', type, '-r', pool])).stdout.split('\n').filter(Boolean);
 const read = (dir: string, file: string) => fs.readFileSync(path.join(dir, file), 'utf8');
+/** The per-mount options of the mount at `dir` (/proc/self/mountinfo field 6). */
+const mountOptions = (dir: string) =>
+  fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')).filter((f) => f[4] === dir).map((f) => f[5]).pop() ?? '';
+const owner = (p: string) => {
+  const st = fs.lstatSync(p);
+  return [st.uid, st.gid];
+};
 
 async function timed<T>(label: string, fn: () => Promise<T>): Promise<T> {
   const start = process.hrtime.bigint();
@@ -116,6 +125,7 @@ t.test('box roots from a base, quota, forks, snapshots', async (t) => {
   t.equal(dir, storage.boxRootPath(a));
   t.equal(read(dir, 'etc/hostname'), 'tiny\n', 'box root sees the base files');
   t.equal(await zfsValue(`${pool}/boxes/${a}`, 'refquota'), String(1024 ** 3), 'refquota = storage_gb');
+  t.equal(await zfsValue(`${pool}/boxes/${a}`, 'quota'), String(1024 ** 3), 'quota = storage_gb: snapshots and forks count');
   t.equal(await storage.createBoxRoot(a, { kind: 'base', base }, 1), dir, 'idempotent');
   t.equal(await storage.hasBoxRoot(a), true);
   t.equal(await storage.hasBoxRoot('bnothere'), false);
@@ -141,6 +151,9 @@ t.test('box roots from a base, quota, forks, snapshots', async (t) => {
   t.equal(read(cDir, 'before'), 'before snapshot');
   t.notOk(fs.existsSync(path.join(cDir, 'after')), 'snapshot fork has the state at the snapshot');
   t.equal(await zfsValue(`${pool}/boxes/${c}`, 'refquota'), '0', 'no quota when none asked');
+  for (const id of [a, b, c]) {
+    t.same([await zfsValue(`${pool}/boxes/${id}`, 'setuid'), await zfsValue(`${pool}/boxes/${id}`, 'devices')], ['off', 'off'], `${id}: setuid and devices off`);
+  }
 
   await t.rejects(storage.createBoxRoot('bzfsdddd', { kind: 'box', boxId: a, snapshot: 'nope' }), /no snapshot nope/);
   await t.rejects(storage.createBoxRoot('bzfsdddd', { kind: 'box', boxId: 'bmissing' }), /does not exist/);
@@ -247,6 +260,155 @@ t.test('concurrent retries of the same create agree', async (t) => {
   await storage.destroyBase(base);
 });
 
+t.test('shiftTree: owners move into the range; links, modes and capabilities are kept', async (t) => {
+  // On the host's own filesystem: zfs-fuse has no extended attributes (no file capabilities).
+  const dir = fs.mkdtempSync(path.join(dataDir, 'shift-'));
+  const range = projectIdMap(7);
+  fs.mkdirSync(path.join(dir, 'home/box'), { recursive: true });
+  fs.chownSync(path.join(dir, 'home/box'), 1000, 1000);
+  fs.copyFileSync('/usr/bin/busybox', path.join(dir, 'suid'));
+  fs.chownSync(path.join(dir, 'suid'), 0, 5);
+  fs.chmodSync(path.join(dir, 'suid'), 0o6755);
+  fs.copyFileSync('/usr/bin/busybox', path.join(dir, 'capped'));
+  await run(['setcap', 'cap_net_bind_service=ep', path.join(dir, 'capped')]);
+  fs.writeFileSync(path.join(dir, 'far'), 'x');
+  fs.chownSync(path.join(dir, 'far'), 100_000, 70_000);
+  fs.writeFileSync(path.join(dir, 'linked'), 'x');
+  fs.linkSync(path.join(dir, 'linked'), path.join(dir, 'home/hardlink'));
+  fs.symlinkSync('/etc/passwd', path.join(dir, 'escape'));
+  const hostPasswd = owner('/etc/passwd');
+
+  const { entries } = await shiftTree(dir, range);
+  t.equal(entries, 8, 'every entry once (the hard link once for its two names)');
+  const H = range.hostId;
+  t.same(owner(dir), [H, H], 'the top directory too');
+  t.same(owner(path.join(dir, 'home/box')), [H + 1000, H + 1000]);
+  t.same(owner(path.join(dir, 'suid')), [H, H + 5]);
+  t.equal(fs.statSync(path.join(dir, 'suid')).mode & 0o7777, 0o6755, 'setuid and setgid bits put back');
+  t.same(owner(path.join(dir, 'linked')), [H, H], 'a hard-linked inode is shifted once');
+  t.same(owner(path.join(dir, 'far')), [H + 65534, H + 65534], "ids past the range become the range's nobody");
+  t.ok(fs.lstatSync(path.join(dir, 'escape')).isSymbolicLink(), 'a symlink stays a symlink');
+  t.same(owner(path.join(dir, 'escape')), [H, H], 'and is shifted itself');
+  t.same(owner('/etc/passwd'), hostPasswd, 'its target is untouched');
+  const cap = (await run(['python3', '-c', `import os;print(os.getxattr(${JSON.stringify(path.join(dir, 'capped'))},'security.capability').hex())`])).stdout.trim();
+  t.equal(cap.slice(0, 8), '01000003', 'the capability is namespaced (v3)');
+  t.equal(Buffer.from(cap, 'hex').readUInt32LE(20), H, 'with the range as its root');
+  t.match((await run(['getcap', path.join(dir, 'capped')])).stdout, /cap_net_bind_service=ep/);
+  fs.rmSync(dir, { recursive: true });
+});
+
+t.test('id ranges: base copies shifted once per range, forks stay in theirs, base deletion takes the copies', async (t) => {
+  await storage.createBase(base, async (dir) => {
+    fs.mkdirSync(path.join(dir, 'home/box'), { recursive: true });
+    fs.chownSync(path.join(dir, 'home/box'), 1000, 1000);
+    fs.writeFileSync(path.join(dir, 'f'), 'f');
+  });
+  const p1 = projectIdMap(1);
+  const p2 = projectIdMap(2);
+  messages.length = 0;
+  const r1 = await timed('createBoxRoot, first of its range (shift)', () => storage.createBoxRoot('bidsa', { kind: 'base', base }, 1, p1));
+  const r1b = await timed('createBoxRoot, second of its range (one clone)', () => storage.createBoxRoot('bidsb', { kind: 'base', base }, 1, p1));
+  const r2 = await storage.createBoxRoot('bidsc', { kind: 'base', base }, 1, p2);
+  t.equal(messages.filter((m) => m.includes("made a base's copy in an id range")).length, 2, 'one copy per range');
+  t.same(owner(r1), [p1.hostId, p1.hostId], 'root of range 1');
+  t.same(owner(path.join(r1b, 'home/box')), [p1.hostId + 1000, p1.hostId + 1000]);
+  t.same(owner(path.join(r2, 'f')), [p2.hostId, p2.hostId], 'another range, another owner');
+  t.same(owner(path.join(storage.basePath(base), 'f')), [0, 0], 'the base itself is untouched');
+  t.equal(await zfsValue(`${pool}/boxes/bidsa`, 'boxhost:idmap'), String(p1.hostId));
+  t.equal(await zfsValue(`${pool}/boxes/bidsa`, 'origin'), `${pool}/shifted/tiny/v1/${p1.hostId}@base`);
+
+  for (const id of ['bidsa', 'bidsc']) {
+    await storage.prepareBoxRoot(id, id === 'bidsa' ? p1 : p2);
+    t.match(mountOptions(storage.boxRootPath(id)), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, `${id}: mounted nosuid,nodev once ready to start`);
+  }
+  const fork = await storage.createBoxRoot('bidsf', { kind: 'box', boxId: 'bidsa' }, 1, p1);
+  t.same(owner(path.join(fork, 'f')), [p1.hostId, p1.hostId], 'a fork is in its source range as cloned');
+  t.equal(await zfsValue(`${pool}/boxes/bidsf`, 'boxhost:idmap'), String(p1.hostId));
+  t.ok(await storage.prepareBoxRoot('bidsf', p1).then(() => true), 'ready at once');
+  await t.rejects(storage.prepareBoxRoot('bidsf', p2), /id range/, 'a root is never moved to another range');
+
+  await t.rejects(storage.destroyBase(base), { name: 'StorageInUseError', dependents: ['bidsa', 'bidsb', 'bidsc', 'bidsf'] }, 'roots of the copies count');
+  for (const id of ['bidsa', 'bidsb', 'bidsc', 'bidsf']) await storage.destroyBoxRoot(id);
+  t.ok((await datasets()).some((d) => d.startsWith(`${pool}/shifted/tiny/v1/`)), 'copies are kept while the base lives');
+  await storage.destroyBase(base);
+  t.same((await datasets()).filter((d) => d.includes('/shifted/') || d.includes('/bases/tiny')), [], 'the copies went with the base');
+  await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'again'));
+  t.equal(read(await storage.createBoxRoot('bidsg', { kind: 'base', base }, 1, p1), 'f'), 'again', 'a base made again gets a fresh copy');
+  await storage.destroyBoxRoot('bidsg');
+  await storage.destroyBase(base);
+});
+
+t.test('a half-made base copy whose maker is gone is made again', async (t) => {
+  await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
+  const p3 = projectIdMap(3);
+  const copy = `${pool}/shifted/tiny/v1/${p3.hostId}`;
+  await run(['zfs', 'create', '-p', `${pool}/shifted/tiny/v1`]);
+  await run(['zfs', 'clone', '-o', 'boxhost:maker=999999999', `${pool}/bases/tiny/v1@base`, copy]);
+  const root = await storage.createBoxRoot('bhalf', { kind: 'base', base }, 1, p3);
+  t.same(owner(path.join(root, 'f')), [p3.hostId, p3.hostId]);
+  t.ok((await datasets('snapshot')).includes(`${copy}@base`));
+  await storage.destroyBoxRoot('bhalf');
+  await storage.destroyBase(base);
+});
+
+t.test('a root made before user namespaces is shifted in place at its next start', async (t) => {
+  await storage.createBase(base, async (dir) => {
+    fs.mkdirSync(path.join(dir, 'home/box'), { recursive: true });
+    fs.chownSync(path.join(dir, 'home/box'), 1000, 1000);
+  });
+  const p4 = projectIdMap(4);
+  // As an older version made it: a clone of the base itself, refquota only, no id property.
+  const old = await storage.createBoxRoot('bolder', { kind: 'base', base });
+  await run(['zfs', 'set', 'refquota=1G', `${pool}/boxes/bolder`]);
+  fs.writeFileSync(path.join(old, 'mine'), 'mine');
+  await storage.snapshotBoxRoot('bolder', 'before');
+  t.same(owner(old), [0, 0], 'unshifted');
+
+  await timed('prepareBoxRoot (shift in place)', () => storage.prepareBoxRoot('bolder', p4));
+  t.same(owner(old), [p4.hostId, p4.hostId]);
+  t.same(owner(path.join(old, 'mine')), [p4.hostId, p4.hostId]);
+  t.same(owner(path.join(old, 'home/box')), [p4.hostId + 1000, p4.hostId + 1000]);
+  t.equal(await zfsValue(`${pool}/boxes/bolder`, 'boxhost:idmap'), String(p4.hostId), 'recorded, so it happens once');
+  t.equal(await zfsValue(`${pool}/boxes/bolder`, 'quota'), String(1024 ** 3), 'its refquota became its quota too');
+  t.equal(await zfsValue(`${pool}/boxes/bolder@before`, 'boxhost:idmap'), 'none', 'the older snapshot holds unshifted files, and says so');
+  messages.length = 0;
+  await storage.prepareBoxRoot('bolder', p4);
+  t.same(messages.filter((m) => m.includes('shifted a box root')), [], 'the second start shifts nothing');
+
+  const fromOld = await storage.createBoxRoot('bfromold', { kind: 'box', boxId: 'bolder', snapshot: 'before' }, 1, p4);
+  t.same(owner(fromOld), [0, 0], 'a fork of the older snapshot is cloned as it was');
+  await storage.prepareBoxRoot('bfromold', p4);
+  t.same(owner(path.join(fromOld, 'mine')), [p4.hostId, p4.hostId], 'and shifted at its first start');
+  const fromNew = await storage.createBoxRoot('bfromnew', { kind: 'box', boxId: 'bolder' }, 1, p4);
+  t.same(owner(path.join(fromNew, 'mine')), [p4.hostId, p4.hostId], 'a fork of it as it is now is in range at once');
+  for (const id of ['bfromold', 'bfromnew', 'bolder']) await storage.destroyBoxRoot(id);
+  await storage.destroyBase(base);
+});
+
+t.test('storage_gb bounds what a root holds with its snapshots and forks', async (t) => {
+  await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
+  const quota = 0.25; // GB
+  for (const keeper of ['snapshot', 'fork'] as const) {
+    const id = `bquota${keeper === 'fork' ? 'f' : 's'}`;
+    const root = await storage.createBoxRoot(id, { kind: 'base', base }, quota, projectIdMap(5));
+    const write = (name: string, mb: number) => run(['dd', 'if=/dev/urandom', `of=${path.join(root, name)}`, 'bs=1M', `count=${mb}`, 'conv=fsync'], { allowFailure: true });
+    t.equal((await write('a', 150)).exitCode, 0, `${keeper}: 150 MB fit`);
+    if (keeper === 'snapshot') await storage.snapshotBoxRoot(id, 'keep');
+    else await storage.createBoxRoot(`${id}x`, { kind: 'box', boxId: id }, quota, projectIdMap(5));
+    fs.rmSync(path.join(root, 'a'));
+    // zfs-fuse gives a removed file's space back after a while: wait until the root itself
+    // references little, so that only what the snapshot or fork keeps counts.
+    for (let i = 0; i < 120 && Number(await zfsValue(`${pool}/boxes/${id}`, 'referenced')) > 50 * 2 ** 20; i++) await new Promise((r) => setTimeout(r, 500));
+    const over = await write('b', 150);
+    t.not(over.exitCode, 0, `${keeper}: another 150 MB do not, the first being kept by the ${keeper}`);
+    t.match(over.stderr, /quota|space/i);
+    t.ok(Number(await zfsValue(`${pool}/boxes/${id}`, 'referenced')) < quota * 1024 ** 3, `${keeper}: although what the root itself references is under its refquota`);
+    await storage.destroyBoxRoot(id);
+    if (keeper === 'fork') await storage.destroyBoxRoot(`${id}x`);
+  }
+  await storage.destroyBase(base);
+});
+
 t.test('timings', async (t) => {
   await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), crypto.randomBytes(2 << 20)));
   const ms = async (fn: () => Promise<unknown>) => {
@@ -280,4 +442,29 @@ t.test('destroyPool removes the pool and its image', async (t) => {
   t.notOk(fs.existsSync(path.join(dataDir, 'zfs')));
   await storage.destroyPool();
   await t.rejects(new ZfsStorage({ dataDir, pool: 'tank/x', poolSizeGb: 1, hostTag }).destroyPool(), /refusing/);
+});
+
+t.test('the loop-file pool must fit its filesystem, and health says when its growth no longer would', async (t) => {
+  // A small filesystem of its own, so that "full" is cheap to reach.
+  const fsDir = fs.mkdtempSync(path.join(dataDir, 'small-'));
+  await run(['mount', '-t', 'tmpfs', '-o', 'size=400m', 'tmpfs', fsDir]);
+  t.teardown(() => run(['umount', '-l', fsDir], { allowFailure: true }));
+  const tag = `zs${crypto.randomBytes(3).toString('hex')}`;
+
+  const tooBig = new ZfsStorage({ dataDir: fsDir, poolSizeGb: 1, hostTag: tag, logger });
+  await t.rejects(tooBig.init(), /would be 1\.0 GiB \(BOXHOST_POOL_SIZE_GB\), but its filesystem has only 400 MiB free/);
+  t.notOk(fs.existsSync(path.join(fsDir, 'zfs', 'pool.img')), 'no pool file made');
+
+  const small = new ZfsStorage({ dataDir: fsDir, poolSizeGb: 0.25, hostTag: tag, logger });
+  t.teardown(() => small.destroyPool().catch(() => undefined));
+  await small.init();
+  await small.health();
+  // The host filesystem fills up (something else writes there): 256 MiB of pool can no
+  // longer grow into what is left.
+  const filler = path.join(fsDir, 'filler');
+  await run(['dd', 'if=/dev/zero', `of=${filler}`, 'bs=1M', 'count=300']);
+  await t.rejects(small.health(), /can grow \d+ MiB more, but its filesystem has only \d+ MiB free/);
+  fs.rmSync(filler);
+  await small.health();
+  await small.destroyPool();
 });

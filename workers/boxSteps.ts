@@ -1,14 +1,19 @@
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
-import { projectIdMap, RootSource } from '../core/box';
+import { IdMap, projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
 import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver } from './drivers';
 import type { Db } from '../db/knex';
 
+/** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
+export const MAX_GRACE_SECONDS = 300;
+
 export interface BoxStepsDeps {
   db: Db;
+  /** The ZFS driver also readies roots made before user namespaces (the mock needs not). */
   storage: StorageDriver;
+  /** runc also makes each box's netns inside the box's user namespace (the mock needs not). */
   runtime: RuntimeDriver;
   network: NetworkDriver;
 }
@@ -27,11 +32,19 @@ export class BoxSteps implements BoxHost {
     return { index: p.net_index };
   }
 
-  /** The root (in the project's id range) and the netns do not depend on each other: made
-   *  side by side. */
+  /** The root (in the project's id range) and the netns (in the box's user namespace) do not
+   *  depend on each other: made side by side. */
   async createRoot(box: BoxRecord, source: RootSource): Promise<void> {
     const net = await this.projectNetwork(box.project);
-    await Promise.all([this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, projectIdMap(net.index)), this.d.network.prepare(box.id)]);
+    const idMap = projectIdMap(net.index);
+    await Promise.all([
+      this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, idMap),
+      (async () => {
+        const netnsPath = await this.d.network.prepare(box.id);
+        // Nothing is wired to a netns before the box's first start: it is replaced as it is.
+        if (!(await this.d.runtime.ownsNetns(box.id, netnsPath))) await this.d.runtime.makeNetns(box.id, netnsPath, idMap);
+      })(),
+    ]);
   }
 
   /**
@@ -40,9 +53,10 @@ export class BoxSteps implements BoxHost {
    * each other, and the box counts as started only when both are done.
    */
   async start(box: BoxRecord): Promise<void> {
-    const netnsPath = await this.d.network.prepare(box.id);
     // Every await before the Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
+    const idMap = projectIdMap(net.index);
+    const netnsPath = await this.boxNetns(box.id, net, idMap);
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -52,14 +66,35 @@ export class BoxSteps implements BoxHost {
       ramMb: box.config.ram_mb,
       environment: box.environment,
       mounts: [],
-      idMap: projectIdMap(net.index),
+      idMap,
     };
-    const [, attachment] = await Promise.all([this.d.runtime.start(spec), this.d.network.attach(box.id, net)]);
+    // The root is readied for the container (a root of an older version shifted into the
+    // range, its mount made nosuid,nodev) while the network is wired.
+    const started = (async () => {
+      await this.d.storage.prepareBoxRoot(box.id, idMap);
+      await this.d.runtime.start(spec);
+    })();
+    const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net)]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
   }
 
+  /**
+   * The box's netns, owned by its user namespace, before anything wires it. A netns that is not
+   * (made before user namespaces, or made again by `ip netns add` after a reboot) may still
+   * hold the box's address: it is detached first, so the address is free for the new one.
+   */
+  private async boxNetns(boxId: string, net: ProjectNetwork, idMap: IdMap): Promise<string> {
+    const netnsPath = await this.d.network.prepare(boxId);
+    if (await this.d.runtime.ownsNetns(boxId, netnsPath)) return netnsPath;
+    await this.d.network.detach(boxId, net);
+    const fresh = await this.d.network.prepare(boxId);
+    await this.d.runtime.makeNetns(boxId, fresh, idMap);
+    return fresh;
+  }
+
+  /** The grace is capped (rows from before the cap may hold up to 3600 s). */
   async stop(box: BoxRecord): Promise<void> {
-    await this.d.runtime.stop(box.id, box.termination_grace_period_seconds ?? 10);
+    await this.d.runtime.stop(box.id, Math.min(box.termination_grace_period_seconds ?? 10, MAX_GRACE_SECONDS));
   }
 
   /** Removes the box's objects; the project's bridge and rules go with its last box here. */

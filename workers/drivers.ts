@@ -44,6 +44,12 @@ export interface StorageDriver {
   /** The mounted directory of a box root (need not exist). */
   boxRootPath(boxId: string): string;
   hasBoxRoot(boxId: string): Promise<boolean>;
+  /**
+   * Readies an existing root for a start in `idMap`: a root made before user namespaces (no
+   * `boxhost:idmap`) has its files shifted into the range in place, once; its mount is made
+   * nosuid,nodev where the storage did not. Cheap for a root already in the range.
+   */
+  prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void>;
   /** Destroys a box root and its snapshots. Forks made from it keep working (their origin is
    *  promoted away first). Idempotent. */
   destroyBoxRoot(boxId: string): Promise<void>;
@@ -149,6 +155,12 @@ export interface ExecProcess {
 }
 
 export interface RuntimeDriver {
+  /** Whether the netns at `netnsPath` is one `makeNetns` made for the box (cheap). */
+  ownsNetns(boxId: string, netnsPath: string): Promise<boolean>;
+  /** Replaces whatever is at `netnsPath` with a new, empty netns that belongs to a new user
+   *  namespace of the box mapped by `idMap` (the box joins both at start; the network driver
+   *  wires the netns before). */
+  makeNetns(boxId: string, netnsPath: string, idMap: IdMap): Promise<void>;
   /** Writes the OCI bundle and starts the container detached (`runc run -d`). Idempotent:
    *  a running container is left alone; a stopped one is deleted and started again. */
   start(spec: ContainerSpec): Promise<void>;

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { Queue, type ConnectionOptions, type Worker } from 'bullmq';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../core/config';
@@ -46,6 +47,7 @@ export interface RunningNode {
 export async function startNode(opts: NodeOptions): Promise<RunningNode> {
   const { config, db } = opts;
   const log = opts.log.child({ part: opts.role, node: config.nodeId });
+  lowerOwnOomScore(log);
   const closers: (() => Promise<unknown>)[] = [];
   const close = async () => {
     for (const c of closers.reverse()) await c().catch((e) => log.warn({ err: (e as Error).message }, 'close step failed'));
@@ -104,5 +106,24 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
   } catch (e) {
     await close();
     throw e;
+  }
+}
+
+/** What the node process asks for its own OOM score (dockerd's): boxes (800) go first. */
+const NODE_OOM_SCORE_ADJ = -500;
+let oomScoreTried = false;
+
+/**
+ * Best effort, once per process: lowering one's OOM score below 0 needs CAP_SYS_RESOURCE, which
+ * some hosts (this build machine) do not give root; the node then stays at its inherited score,
+ * still well below the boxes'.
+ */
+function lowerOwnOomScore(log: Logger): void {
+  if (oomScoreTried) return;
+  oomScoreTried = true;
+  try {
+    fs.writeFileSync('/proc/self/oom_score_adj', String(NODE_OOM_SCORE_ADJ));
+  } catch (e) {
+    log.warn({ err: (e as Error).message, want: NODE_OOM_SCORE_ADJ }, 'cannot lower the node process\'s OOM score; it keeps its own');
   }
 }

@@ -5,14 +5,15 @@ import net from 'node:net';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { run } from '../../core/command';
-import type { ExecOptions, ExecProcess, ExecResult, ExecStreamOptions } from '../drivers';
+import type { ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap } from '../drivers';
 import { ExecInputError } from '../errors';
-import { resolveUser } from './accounts';
+import { resolveUser, ResolvedUser } from './accounts';
 import { CWD_FAILED_CODE, CWD_FAILED_MARK, superviseExec } from './execProcess';
-import { BOX_BUSYBOX, validateEnvironment } from './ociSpec';
+import { BOX_BUSYBOX, boxRlimits, DEFAULT_CAPABILITIES, processEnv, validateEnvironment } from './ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES } from '../../cluster/types';
 
-/** Each of stdout and stderr of a collected exec is kept up to this many bytes; the rest is dropped. */
+/** Each of stdout and stderr of a collected exec is kept up to this many bytes; past that the
+ *  process is killed and the answer says `truncated`. */
 export { EXEC_OUTPUT_CAP_BYTES };
 export const SCRIPT_BIN = '/usr/bin/script';
 
@@ -109,6 +110,8 @@ export interface ExecContext {
   containerId(boxId: string): string;
   bundlePath(boxId: string): string;
   cgroupsPath(boxId: string): string;
+  /** The box's user namespace mapping (null: none). */
+  idMap(boxId: string): Promise<IdMap | null>;
 }
 
 /** Runs processes in boxes with `runc exec`, streamed or collected. */
@@ -118,13 +121,21 @@ export class RuncExec {
 
   constructor(private readonly ctx: ExecContext) {}
 
+  /**
+   * Runs a command and collects its output. The process (and its group) is killed when the
+   * caller's `signal` aborts (exit code 137) and when an output passes EXEC_OUTPUT_CAP_BYTES
+   * (`truncated`): a process that writes on and on must not keep a host busy for nothing.
+   */
   async exec(boxId: string, opts: ExecOptions): Promise<ExecResult> {
     if (opts.detach) return this.execDetached(boxId, opts);
     const { command, cwd, env, user, tty, timeoutMs, stdin: input } = opts;
+    const cap = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, cap.signal]) : cap.signal;
     // A terminal gets the input typed, then ^D; with no input nothing is typed.
-    const proc = await this.stream(boxId, { command, cwd, env, user, tty, timeoutMs, stdin: input !== undefined && (!tty || input.length > 0) });
+    const streamOpts = { command, cwd, env, user, tty, timeoutMs, stdin: input !== undefined && (!tty || input.length > 0) };
+    const proc = await this.start(boxId, streamOpts, tty ? 'tty' : streamOpts.stdin ? 'pipes+stdin' : 'pipes', signal);
     proc.stdin?.end(input);
-    return { ...(await collect(proc)), detached: false };
+    return { ...(await collect(proc, () => cap.abort())), detached: false };
   }
 
   stream(boxId: string, opts: ExecStreamOptions): Promise<ExecProcess> {
@@ -142,8 +153,13 @@ export class RuncExec {
     return { exitCode: -1, stdout: '', stderr: '', pid, detached: true, truncated: false };
   }
 
-  /** Checks the options, resolves the user, and starts `runc exec` with the wrapper. */
-  private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode): Promise<ExecProcess> {
+  /**
+   * Checks the options, resolves the user, and starts `runc exec` with the wrapper. What the
+   * process is (command, environment, user) goes to runc in a `--process` file (0600, removed
+   * once runc has read it), never on its command line, where any host user could read the
+   * box's environment in /proc/<pid>/cmdline.
+   */
+  private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode, signal?: AbortSignal): Promise<ExecProcess> {
     const cid = this.ctx.containerId(boxId);
     if (!Array.isArray(opts.command) || opts.command.length === 0 || opts.command[0] === '') {
       throw new ExecInputError('command must not be empty');
@@ -159,29 +175,36 @@ export class RuncExec {
     }
     if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive', 'timeout');
 
-    const user = opts.user !== undefined && opts.user !== '' ? await resolveUser(opts.user, (o) => this.exec(boxId, o)) : null;
+    const user: ResolvedUser = opts.user !== undefined && opts.user !== '' ? await resolveUser(opts.user, (o) => this.exec(boxId, o)) : { uid: 0, gid: 0, groups: [] };
 
     await fs.promises.mkdir(this.ctx.execDir, { recursive: true, mode: 0o700 });
     const tag = crypto.randomBytes(8).toString('hex');
     const pidFile = path.join(this.ctx.execDir, `${tag}.pid`);
     const logFile = path.join(this.ctx.execDir, `${tag}.log`);
-
-    const args = ['--root', this.ctx.root, '--log', logFile, '--log-format', 'json', 'exec', '--pid-file', pidFile, '--cwd', '/'];
-    if (user) {
-      args.push('--user', `${user.uid}:${user.gid}`);
-      for (const g of user.groups) args.push('--additional-gids', String(g));
-    }
-    for (const [k, v] of Object.entries(env)) args.push('--env', `${k}=${v}`);
-    if (mode === 'tty') args.push('--tty', '--env', `TERM=${env.TERM ?? 'xterm'}`);
-    if (mode === 'pipes') args.push('--preserve-fds', '2');
-    if (mode === 'pipes+stdin') args.push('--preserve-fds', '3');
-    args.push(cid, BOX_BUSYBOX, 'sh', '-c', execWrapper(mode, env), 'boxhost-exec', cwd, ...opts.command);
+    const processFile = path.join(this.ctx.execDir, `${tag}.json`);
+    const args = [BOX_BUSYBOX, 'sh', '-c', execWrapper(mode, env), 'boxhost-exec', cwd, ...opts.command];
+    const processEnvironment = mode === 'tty' ? { ...env, TERM: env.TERM ?? 'xterm' } : env;
     const withStdin = opts.stdin === true;
-    const fifos = mode === 'pipes' || mode === 'pipes+stdin' ? await this.takeFifos(withStdin ? 3 : 2) : [];
+    const idMap = await this.ctx.idMap(boxId);
+    if (idMap && [user.uid, user.gid, ...user.groups].some((id) => id >= idMap.size)) {
+      throw new ExecInputError(`user ${opts.user} is not an id of the box (0…${idMap.size - 1})`, 'user');
+    }
+    const [fifos] = await Promise.all([
+      mode === 'pipes' || mode === 'pipes+stdin' ? this.takeFifos(withStdin ? 3 : 2) : Promise.resolve([]),
+      fs.promises.writeFile(processFile, JSON.stringify(processSpec(args, processEnvironment, user, mode === 'tty')), { mode: 0o600 }),
+    ]);
+
+    const runcArgs = ['--root', this.ctx.root, '--log', logFile, '--log-format', 'json', 'exec', '--pid-file', pidFile, '--process', processFile];
+    if (mode === 'pipes') runcArgs.push('--preserve-fds', '2');
+    if (mode === 'pipes+stdin') runcArgs.push('--preserve-fds', '3');
+    runcArgs.push(cid);
+    // The box process reopens its stdio (`> /dev/stderr` is /proc/self/fd/2): in a user
+    // namespace only a FIFO owned by an id it maps (its own user) lets it.
+    const owner = idMap ? { uid: idMap.hostId + user.uid, gid: idMap.hostId + user.gid } : null;
     // From the spawn to the exit listener synchronously: a process that ends at once (a bad
     // cwd) must not exit unheard.
-    const spawned = this.spawnRunc(args, mode, fifos);
-    return superviseExec({ ...spawned, tty: mode === 'tty', stdin: withStdin, timeoutMs: opts.timeoutMs, cwd, pidFile, logFile });
+    const spawned = this.spawnRunc(runcArgs, mode, fifos, owner);
+    return superviseExec({ ...spawned, tty: mode === 'tty', stdin: withStdin, timeoutMs: opts.timeoutMs, cwd, pidFile, logFile, processFile, signal });
   }
 
   private async storedEnvironment(boxId: string): Promise<Record<string, string>> {
@@ -234,7 +257,7 @@ export class RuncExec {
 
   /** Spawns runc (under `script` for a tty) with the process's stdio wired to Node streams;
    *  for pipes, through `fifos` (removed here). */
-  private spawnRunc(args: string[], mode: ExecMode, fifos: string[]): { child: ChildProcess; out: net.Socket; err: net.Socket; input: net.Socket | null } {
+  private spawnRunc(args: string[], mode: ExecMode, fifos: string[], owner: { uid: number; gid: number } | null): { child: ChildProcess; out: net.Socket; err: net.Socket; input: net.Socket | null } {
     if (mode === 'tty') {
       // runc's foreground `exec -t` needs a terminal of its own to relay the box's pty to; it
       // gets one from util-linux `script` (its stdout is our pipe). The outer terminal gets a
@@ -259,6 +282,7 @@ export class RuncExec {
     const { O_RDONLY, O_WRONLY, O_NONBLOCK } = fs.constants;
     const childFds: number[] = [];
     try {
+      if (owner) for (const f of fifos) fs.chownSync(f, owner.uid, owner.gid);
       const out = new net.Socket({ fd: fs.openSync(fifos[0], O_RDONLY | O_NONBLOCK), readable: true, writable: false });
       childFds.push(fs.openSync(fifos[0], O_WRONLY)); // a reader is there: does not block
       const err = new net.Socket({ fd: fs.openSync(fifos[1], O_RDONLY | O_NONBLOCK), readable: true, writable: false });
@@ -285,17 +309,18 @@ class OutputCollector {
   private chunks: Buffer[] = [];
   private size = 0;
   truncated = false;
-  constructor(private readonly cap: number) {}
+  constructor(
+    private readonly cap: number,
+    private readonly onFull: () => void,
+  ) {}
   push(b: Buffer): void {
-    if (this.size >= this.cap) {
-      if (b.length) this.truncated = true;
-      return;
-    }
+    if (b.length === 0 || this.truncated) return;
     const room = this.cap - this.size;
     if (b.length > room) {
       this.chunks.push(b.subarray(0, room));
       this.size += room;
       this.truncated = true;
+      this.onFull();
     } else {
       this.chunks.push(b);
       this.size += b.length;
@@ -306,10 +331,11 @@ class OutputCollector {
   }
 }
 
-/** Reads a process's output to its end, each stream capped at EXEC_OUTPUT_CAP_BYTES. */
-async function collect(proc: ExecProcess): Promise<Omit<ExecResult, 'detached'>> {
-  const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
-  const err = new OutputCollector(EXEC_OUTPUT_CAP_BYTES);
+/** Reads a process's output to its end, each stream capped at EXEC_OUTPUT_CAP_BYTES; `onFull`
+ *  is called when one passes it. */
+async function collect(proc: ExecProcess, onFull: () => void = () => undefined): Promise<Omit<ExecResult, 'detached'>> {
+  const out = new OutputCollector(EXEC_OUTPUT_CAP_BYTES, onFull);
+  const err = new OutputCollector(EXEC_OUTPUT_CAP_BYTES, onFull);
   proc.stdout.on('data', (b: Buffer) => out.push(b));
   proc.stderr.on('data', (b: Buffer) => err.push(b));
   const ended = (s: Readable) => new Promise<void>((resolve) => s.once('end', resolve).once('close', resolve));
@@ -317,3 +343,22 @@ async function collect(proc: ExecProcess): Promise<Omit<ExecResult, 'detached'>>
   return { exitCode, stdout: out.text(), stderr: err.text(), pid: await proc.pid(), truncated: out.truncated || err.truncated };
 }
 
+
+/**
+ * The OCI process `runc exec --process` runs: the box's capabilities, rlimits and no new
+ * privileges, as its PID 1 has (runc takes a process file as it is: without `noNewPrivileges`
+ * it would leave it off, without rlimits the process would keep runc's); the OOM score is the
+ * container's.
+ */
+function processSpec(args: string[], env: Record<string, string>, user: ResolvedUser, terminal: boolean): Record<string, unknown> {
+  return {
+    terminal,
+    user: { uid: user.uid, gid: user.gid, ...(user.groups.length ? { additionalGids: user.groups } : {}) },
+    args,
+    env: processEnv(env),
+    cwd: '/',
+    capabilities: { bounding: DEFAULT_CAPABILITIES, effective: DEFAULT_CAPABILITIES, permitted: DEFAULT_CAPABILITIES },
+    rlimits: boxRlimits(),
+    noNewPrivileges: true,
+  };
+}

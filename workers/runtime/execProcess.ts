@@ -28,18 +28,26 @@ export interface SpawnedExec {
   cwd: string;
   pidFile: string;
   logFile: string;
+  /** runc's `--process` file: removed as soon as runc has started the process. */
+  processFile: string;
+  /** Aborting it kills the process and its group; it then ends with exit code 137. */
+  signal?: AbortSignal;
 }
 
+/** The exit code of a process killed because its caller went away (128 + SIGKILL). */
+const ABORTED_EXIT_CODE = 137;
+
 /**
- * Watches a spawned runc exec and hands its streams out: the tty gate, the timeout kill, the
- * drain, runc's own failure. Called synchronously after the spawn, or a process that ends at
- * once (a bad cwd) exits unheard. Removes the pid and log files once the process is done.
+ * Watches a spawned runc exec and hands its streams out: the tty gate, the timeout and abort
+ * kills, the drain, runc's own failure. Called synchronously after the spawn, or a process that
+ * ends at once (a bad cwd) exits unheard. Removes the pid, log and process files once the
+ * process is done (the process file as soon as it runs).
  * Output flows through with back-pressure: `exited` waits until all of it has been passed
  * into `stdout` and `stderr`, so a caller that stops reading a stream that still has more
  * than its buffers hold also holds `exited`.
  */
 export function superviseExec(s: SpawnedExec): ExecProcess {
-  const { child, out, err, input, tty, pidFile, logFile } = s;
+  const { child, out, err, input, tty, pidFile, logFile, processFile } = s;
   const childExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
     if (child.exitCode !== null || child.signalCode !== null) return resolve({ code: child.exitCode, signal: child.signalCode });
     child.on('error', reject);
@@ -64,6 +72,8 @@ export function superviseExec(s: SpawnedExec): ExecProcess {
     }
     return knownPid;
   };
+  // runc writes the pid file once the process runs, long after it has read the process file.
+  void pidOf().then(() => fs.promises.rm(processFile, { force: true }));
 
   // A tty process waits stopped in TTY_GATE until runc has set its terminals up; input is
   // typed only once it runs.
@@ -71,25 +81,36 @@ export function superviseExec(s: SpawnedExec): ExecProcess {
   const stdin = !s.stdin ? null : tty ? typedInput(input!, resumed) : input;
 
   let timedOut = false;
+  let aborted = false;
   let timer: NodeJS.Timeout | undefined;
   let killer: NodeJS.Timeout | undefined;
+  const killAll = () => {
+    if (killer) return;
+    const kill = async () => {
+      const pid = await readPid(pidFile);
+      if (pid > 0) {
+        // The box process first, so that runc (its parent) reaps it and exits.
+        tryKill(-pid); // its group, when it leads one (a tty process leads its session)
+        tryKill(pid);
+      } else if (child.pid) {
+        tryKill(-child.pid); // not started yet: runc and all
+      }
+    };
+    void kill();
+    killer = setInterval(() => void kill(), 100);
+  };
   if (s.timeoutMs !== undefined) {
     timer = setTimeout(() => {
-      timedOut = true;
-      const kill = async () => {
-        const pid = await readPid(pidFile);
-        if (pid > 0) {
-          // The box process first, so that runc (its parent) reaps it and exits.
-          tryKill(-pid); // its group, when it leads one (a tty process leads its session)
-          tryKill(pid);
-        } else if (child.pid) {
-          tryKill(-child.pid); // not started yet: runc and all
-        }
-      };
-      void kill();
-      killer = setInterval(() => void kill(), 100);
+      timedOut = !aborted;
+      killAll();
     }, s.timeoutMs);
   }
+  const onAbort = () => {
+    aborted = !timedOut;
+    killAll();
+  };
+  if (s.signal?.aborted) onAbort();
+  else s.signal?.addEventListener('abort', onAbort, { once: true });
 
   const exited = (async () => {
     try {
@@ -99,15 +120,17 @@ export function superviseExec(s: SpawnedExec): ExecProcess {
       } finally {
         clearTimeout(timer);
         clearInterval(killer);
+        s.signal?.removeEventListener('abort', onAbort);
       }
-      // Children the timed-out process left in runc's process group go too.
-      if (timedOut && !tty && child.pid) tryKill(-child.pid);
+      // Children the killed process left in runc's process group go too.
+      if ((timedOut || aborted) && !tty && child.pid) tryKill(-child.pid);
       await drain([
         { raw: out, relay: stdout },
         { raw: err, relay: stderr },
       ]);
       input?.destroy(); // kept open until now: script would turn its end into a stray byte
       if (timedOut) return { exitCode: 124, timedOut };
+      if (aborted) return { exitCode: ABORTED_EXIT_CODE, timedOut };
       await throwIfRuncFailed(logFile);
       const exitCode = result.code ?? (result.signal ? 128 + (os.constants.signals[result.signal] ?? 0) : -1);
       const cwdFailed = (h: { text: string }) => h.text.length < HEAD_BYTES && h.text.trim() === CWD_FAILED_MARK;
@@ -118,7 +141,7 @@ export function superviseExec(s: SpawnedExec): ExecProcess {
     } finally {
       knownPid ||= await readPid(pidFile);
       settled = true;
-      await Promise.all([fs.promises.rm(pidFile, { force: true }), fs.promises.rm(logFile, { force: true })]);
+      await Promise.all([pidFile, logFile, processFile].map((f) => fs.promises.rm(f, { force: true })));
     }
   })();
   exited.catch(() => undefined); // the caller may look later: not an unhandled rejection

@@ -45,6 +45,19 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
   private nextPid = 1000;
 
 
+  /** Netns the mock made "in a user namespace" (as the real runtime's makeNetns does). */
+  private readonly ownNetns = new Set<string>();
+
+  async ownsNetns(boxId: string, netnsPath: string): Promise<boolean> {
+    this.fault('ownsNetns');
+    return this.ownNetns.has(`${boxId} ${netnsPath}`);
+  }
+
+  async makeNetns(boxId: string, netnsPath: string): Promise<void> {
+    this.fault('makeNetns');
+    this.ownNetns.add(`${boxId} ${netnsPath}`);
+  }
+
   async start(spec: ContainerSpec): Promise<void> {
     this.fault('start');
     if (this.containers.get(spec.boxId) === 'running') return;

@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import type { IdMap } from '../../core/box';
 import { applyResourceParts, resourceParts } from './limits';
 import { defaultSeccompProfile, SeccompProfile } from './seccomp';
 
@@ -7,14 +9,17 @@ export const BOX_BUSYBOX = '/.boxhost/busybox';
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-/** Docker's default capability set. */
+/**
+ * Docker's default capability set without CAP_NET_RAW (raw and packet sockets: ARP and IP
+ * spoofing on the project bridge; iputils' `ping` uses an ICMP datagram socket instead, which
+ * the `ping_group_range` sysctl below allows), CAP_MKNOD (device nodes; the box's /dev is made
+ * by runc) and CAP_AUDIT_WRITE (the host's audit log).
+ */
 export const DEFAULT_CAPABILITIES = [
   'CAP_CHOWN',
   'CAP_DAC_OVERRIDE',
   'CAP_FSETID',
   'CAP_FOWNER',
-  'CAP_MKNOD',
-  'CAP_NET_RAW',
   'CAP_SETGID',
   'CAP_SETUID',
   'CAP_SETFCAP',
@@ -22,8 +27,11 @@ export const DEFAULT_CAPABILITIES = [
   'CAP_NET_BIND_SERVICE',
   'CAP_SYS_CHROOT',
   'CAP_KILL',
-  'CAP_AUDIT_WRITE',
 ];
+
+/** Every box process (PID 1 and each exec, which runc gives the container's value) is a
+ *  likelier OOM victim than the platform's own processes (zfs-fuse, redis, the node: ≤ 0). */
+export const BOX_OOM_SCORE_ADJ = 800;
 
 /** Docker's masked and read-only /proc and /sys paths. */
 export const MASKED_PATHS = [
@@ -60,6 +68,11 @@ export interface OciSpecInput {
   /** The host's own hard RLIMIT_NOFILE; the box gets this much (asking more fails). */
   nofileHard?: number;
   pidsLimit?: number;
+  /** The box's user namespace: box ids 0…size-1 are host ids hostId…; absent: none. */
+  idMap?: IdMap;
+  /** A user namespace (nsfs file) with that mapping to join instead of making one: the box's
+   *  netns belongs to it (see userns.ts). */
+  usernsPath?: string;
   /** Whether the host accounts swap (cgroup v1 memsw); when it does, memory+swap = memory. */
   memorySwap?: boolean;
   annotations?: Record<string, string>;
@@ -87,6 +100,32 @@ export function validateEnvironment(environment: Record<string, string>): void {
   }
 }
 
+/**
+ * The rlimits of every box process, PID 1 and exec'd ones alike (runc gives a `--process` file
+ * only what it names). No core files: a crashing process must not write its memory into the
+ * box's disk quota, and the box cannot raise the hard limit. Open files: the host's own hard
+ * limit, which is all a box may ask for.
+ */
+export function boxRlimits(nofileHard: number = hostNofileHard()): { type: string; hard: number; soft: number }[] {
+  const nofile = Math.max(64, Math.min(nofileHard, 1 << 20));
+  return [
+    { type: 'RLIMIT_NOFILE', hard: nofile, soft: nofile },
+    { type: 'RLIMIT_CORE', hard: 0, soft: 0 },
+  ];
+}
+
+/** The host's hard RLIMIT_NOFILE (a box may not ask for more). */
+export function hostNofileHard(): number {
+  try {
+    const limits = fs.readFileSync('/proc/self/limits', 'utf8');
+    const m = /^Max open files\s+\S+\s+(\S+)/m.exec(limits);
+    if (m && m[1] !== 'unlimited') return Number(m[1]);
+  } catch {
+    /* fall through */
+  }
+  return 1024;
+}
+
 function isCleanAbsolute(p: string): boolean {
   return p.startsWith('/') && !p.split('/').some((c) => c === '..' || c === '.') && !p.includes('\0');
 }
@@ -95,8 +134,11 @@ function isCleanAbsolute(p: string): boolean {
 export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
   if (!/^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$/.test(input.hostname)) throw new Error(`invalid hostname ${JSON.stringify(input.hostname)}`);
   const limits = resourceParts({ cpus: input.cpus, ramMb: input.ramMb }, input.memorySwap !== false);
-  const nofile = Math.max(64, Math.min(input.nofileHard ?? 1024, 1 << 20));
 
+  const idMap = input.idMap;
+  if (idMap && !(Number.isInteger(idMap.hostId) && idMap.hostId > 0 && Number.isInteger(idMap.size) && idMap.size > 0)) {
+    throw new Error(`invalid id map ${JSON.stringify(idMap)}`);
+  }
   const mounts: OciMount[] = [
     { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
     { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
@@ -146,9 +188,9 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
         effective: DEFAULT_CAPABILITIES,
         permitted: DEFAULT_CAPABILITIES,
       },
-      rlimits: [{ type: 'RLIMIT_NOFILE', hard: nofile, soft: nofile }],
+      rlimits: boxRlimits(input.nofileHard),
       noNewPrivileges: true,
-      oomScoreAdj: 0,
+      oomScoreAdj: BOX_OOM_SCORE_ADJ,
     },
     root: { path: input.rootfs, readonly: false },
     hostname: input.hostname,
@@ -156,6 +198,8 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     annotations: input.annotations ?? {},
     linux: {
       namespaces: [
+        // runc wants the user namespace first: the others are made (or joined) inside it.
+        ...(idMap ? [input.usernsPath ? { type: 'user', path: input.usernsPath } : { type: 'user' }] : []),
         { type: 'pid' },
         { type: 'network', path: input.netnsPath },
         { type: 'ipc' },
@@ -163,6 +207,11 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
         { type: 'mount' },
         { type: 'cgroup' },
       ],
+      ...(idMap ? { uidMappings: [idMapping(idMap)], gidMappings: [idMapping(idMap)] } : {}),
+      // ICMP datagram sockets for every group of the box, so `ping` works without CAP_NET_RAW.
+      // In a user namespace the range must be ids the namespace maps (the kernel says EINVAL
+      // to 2147483647 there).
+      sysctl: { 'net.ipv4.ping_group_range': `0 ${idMap ? idMap.size - 1 : 2147483647}` },
       cgroupsPath: input.cgroupsPath,
       resources,
       seccomp,
@@ -170,4 +219,8 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
       readonlyPaths: READONLY_PATHS,
     },
   };
+}
+
+function idMapping(m: IdMap) {
+  return { containerID: 0, hostID: m.hostId, size: m.size };
 }

@@ -1,12 +1,14 @@
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep } from '../../core/command';
-import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, RuntimeDriver } from '../drivers';
+import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver } from '../drivers';
 import { RuncExec } from './exec';
 import { applyResourceParts, BoxLimits, hostAccountsSwap, resourceParts, runcUpdateArgs } from './limits';
-import { buildOciSpec, validateEnvironment } from './ociSpec';
+import { buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
+import { HostPaths } from './reach';
+import { runcLogTail, runDetached } from './runcRun';
+import { BoxNamespaces } from './userns';
 
 export { BoxNotRunningError, ExecInputError } from '../errors';
 export { EXEC_OUTPUT_CAP_BYTES } from './exec';
@@ -22,6 +24,8 @@ export interface RuncRuntimeOptions {
   runc?: string;
   tini?: string;
   busybox?: string;
+  /** Where the boxes' user namespaces are kept (default USERNS_DIR). */
+  usernsDir?: string;
 }
 
 const BOX_ID_RE = /^[a-z0-9]{1,32}$/;
@@ -35,18 +39,6 @@ export function renderBoxesEnv(environment: Record<string, string>): string {
     .join('');
 }
 
-/** The host's hard RLIMIT_NOFILE (a box may not ask for more). */
-function hostNofileHard(): number {
-  try {
-    const limits = fs.readFileSync('/proc/self/limits', 'utf8');
-    const m = /^Max open files\s+\S+\s+(\S+)/m.exec(limits);
-    if (m && m[1] !== 'unlimited') return Number(m[1]);
-  } catch {
-    /* fall through */
-  }
-  return 1024;
-}
-
 export class RuncRuntime implements RuntimeDriver {
   readonly dataDir: string;
   readonly hostTag: string;
@@ -58,6 +50,11 @@ export class RuncRuntime implements RuntimeDriver {
   private readonly busybox: string;
   private readonly logger?: DriverLogger;
   private readonly execs: RuncExec;
+  private readonly namespaces: BoxNamespaces;
+  private readonly hostPaths = new HostPaths();
+  /** The id map each box was last started with (exec needs it; read from its bundle after a
+   *  restart of this process). */
+  private readonly idMaps = new Map<string, IdMap | null>();
 
   constructor(opts: RuncRuntimeOptions) {
     if (!/^[a-z0-9]{1,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);
@@ -69,6 +66,7 @@ export class RuncRuntime implements RuntimeDriver {
     this.tini = opts.tini ?? TINI_BIN;
     this.busybox = opts.busybox ?? BUSYBOX_BIN;
     this.logger = opts.logger;
+    this.namespaces = new BoxNamespaces(this.busybox, opts.usernsDir);
     this.execs = new RuncExec({
       runcBin: this.runcBin,
       root: this.root,
@@ -76,6 +74,7 @@ export class RuncRuntime implements RuntimeDriver {
       containerId: (boxId) => this.containerId(boxId),
       bundlePath: (boxId) => this.bundlePath(boxId),
       cgroupsPath: (boxId) => this.cgroupsPath(boxId),
+      idMap: (boxId) => this.idMapOf(boxId),
     });
   }
 
@@ -125,10 +124,24 @@ export class RuncRuntime implements RuntimeDriver {
     // that never ran has none, and looking in each controller costs a few ms.
     if (current !== null || this.hasCgroupLeftovers(spec.boxId)) await this.removeCgroups(spec.boxId);
 
+    const idMap = spec.idMap;
     const bundle = this.bundlePath(spec.boxId);
+    const rootfs = path.resolve(spec.rootfs);
     await Promise.all([fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }), fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 })]);
+    if (idMap) {
+      // Root in the box (the container init, as it mounts) walks to the bundle's files: the
+      // bundle is its own, and nobody else's; the paths down to it and to the root are opened
+      // for traversal only.
+      await Promise.all([
+        fs.promises.chown(bundle, idMap.hostId, idMap.hostId),
+        this.hostPaths.makeReachable([rootfs, bundle]),
+        (async () => {
+          if (!(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
+        })(),
+      ]);
+    }
     const config = buildOciSpec({
-      rootfs: path.resolve(spec.rootfs),
+      rootfs,
       hostname: spec.hostname,
       netnsPath: spec.netnsPath,
       cgroupsPath: this.cgroupsPath(spec.boxId),
@@ -147,6 +160,8 @@ export class RuncRuntime implements RuntimeDriver {
       busyboxPath: this.busybox,
       nofileHard: hostNofileHard(),
       memorySwap: hostAccountsSwap(),
+      idMap,
+      usernsPath: idMap ? this.namespaces.usernsPath(cid) : undefined,
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
     await Promise.all([
@@ -154,17 +169,45 @@ export class RuncRuntime implements RuntimeDriver {
       writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
       fs.promises.writeFile(path.join(bundle, 'hostname'), `${spec.hostname}\n`, { mode: 0o644 }),
       fs.promises.writeFile(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment), { mode: 0o644 }),
+      // Earlier versions gave PID 1 this file for stdio, without bound.
+      fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
     ]);
+    this.idMaps.set(spec.boxId, idMap ?? null);
 
     const t0 = Date.now();
     const code = await runDetached(this.runcBin, this.root, bundle, cid);
     if (code !== 0) {
-      const tail = await readTail(path.join(bundle, 'container.log'), 2000);
       const again = await this.status(spec.boxId);
       if (again === 'running') return; // a concurrent start won
-      throw new CommandError([this.runcBin, 'run', '--detach', cid], code, '', tail);
+      throw new CommandError([this.runcBin, 'run', '--detach', cid], code, '', await runcLogTail(bundle));
     }
     this.logger?.debug({ boxId: spec.boxId, ms: Date.now() - t0 }, 'runc run');
+  }
+
+  ownsNetns(boxId: string, netnsPath: string): Promise<boolean> {
+    return this.namespaces.owns(this.containerId(boxId), netnsPath);
+  }
+
+  async makeNetns(boxId: string, netnsPath: string, idMap: IdMap): Promise<void> {
+    const t0 = Date.now();
+    await this.namespaces.make(this.containerId(boxId), netnsPath, idMap);
+    this.logger?.debug({ boxId, ms: Date.now() - t0 }, 'user and network namespaces made');
+  }
+
+  /** The id map a box's container was started with (null: none). */
+  private async idMapOf(boxId: string): Promise<IdMap | null> {
+    const known = this.idMaps.get(boxId);
+    if (known !== undefined) return known;
+    let found: IdMap | null = null;
+    try {
+      const config = JSON.parse(await fs.promises.readFile(path.join(this.bundlePath(boxId), 'config.json'), 'utf8'));
+      const m = config.linux?.uidMappings?.[0];
+      if (m) found = { hostId: m.hostID, size: m.size };
+    } catch {
+      /* no bundle: no container either */
+    }
+    this.idMaps.set(boxId, found);
+    return found;
   }
 
   async status(boxId: string): Promise<ContainerStatus | null> {
@@ -192,8 +235,14 @@ export class RuncRuntime implements RuntimeDriver {
       await this.runc(['kill', cid, 'TERM'], { allowFailure: true });
       st = await this.waitStopped(boxId, Math.max(0, graceSeconds) * 1000);
       if (st !== 'stopped' && st !== null) {
+        // PID 1 killed takes the box's pid namespace with it, stopped processes too; every
+        // process of its cgroup is killed as well, in case PID 1 itself cannot die at once.
         await this.runc(['kill', cid, 'KILL'], { allowFailure: true });
-        st = await this.waitStopped(boxId, 10_000);
+        st = await this.waitStopped(boxId, 1000);
+        if (st !== 'stopped' && st !== null) {
+          await this.runc(['kill', '--all', cid, 'KILL'], { allowFailure: true });
+          st = await this.waitStopped(boxId, 10_000);
+        }
       }
     }
     if (st !== null) {
@@ -223,6 +272,8 @@ export class RuncRuntime implements RuntimeDriver {
       }
     }
     await this.removeCgroups(boxId);
+    await this.namespaces.release(cid);
+    this.idMaps.delete(boxId);
     await fs.promises.rm(this.bundlePath(boxId), { recursive: true, force: true });
   }
 
@@ -328,15 +379,6 @@ async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   await fs.promises.rename(tmp, file);
 }
 
-async function readTail(file: string, bytes: number): Promise<string> {
-  try {
-    const buf = await fs.promises.readFile(file);
-    return buf.subarray(Math.max(0, buf.length - bytes)).toString('utf8');
-  } catch {
-    return '';
-  }
-}
-
 /** rmdir a cgroup directory and its (empty) children, deepest first. Missing is fine. */
 async function rmdirTree(dir: string): Promise<void> {
   let entries: fs.Dirent[];
@@ -352,22 +394,5 @@ async function rmdirTree(dir: string): Promise<void> {
     await fs.promises.rmdir(dir);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
-}
-
-/**
- * `runc run --detach` with stdio to `<bundle>/container.log`, never pipes: the container
- * inherits them and the caller would hang. Answers runc's exit code.
- */
-export async function runDetached(runcBin: string, root: string, bundle: string, id: string): Promise<number | null> {
-  const log = await fs.promises.open(path.join(bundle, 'container.log'), 'a', 0o600);
-  try {
-    return await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(runcBin, ['--root', root, 'run', '--detach', '--bundle', bundle, id], { cwd: bundle, stdio: ['ignore', log.fd, log.fd] });
-      child.on('error', reject);
-      child.on('exit', (c) => resolve(c));
-    });
-  } finally {
-    await log.close();
   }
 }

@@ -116,6 +116,12 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
     return this.boxRootPath(boxId);
   }
 
+  /** A mock root is always in its range already: nothing to ready. */
+  async prepareBoxRoot(boxId: string): Promise<void> {
+    this.fault('prepareBoxRoot');
+    if (!this.roots.has(boxId)) throw new Error(`box root ${boxId} does not exist`);
+  }
+
   boxRootPath(boxId: string): string {
     this.fault('boxRootPath');
     return path.join(this.opts.mountRoot ?? '/mock-zfs', 'boxes', boxId);

@@ -8,7 +8,11 @@
  *
  *   R/bases/<name>/<version>        a base's root filesystem, read-only once made
  *   R/bases/<name>/<version>@base   the snapshot every box root of that base is cloned from
- *   R/boxes/<boxId>                 a box root: a clone of a base's @base or of another box's snapshot
+ *   R/shifted/<name>/<version>/<hostId>        a base's copy with its files' owners shifted into
+ *   R/shifted/<name>/<version>/<hostId>@base   the id range that starts at hostId (one per project
+ *                                   range, made at first use, kept; see "Storage" in docs/decisions.md)
+ *   R/boxes/<boxId>                 a box root: a clone of a base's (shifted) @base or of another
+ *                                   box's snapshot; `boxhost:idmap` says which range its files are in
  *   R/boxes/<boxId>@<snapshot>      box snapshots (user names: a-z 0-9 -)
  *   R/boxes/<boxId>@_<...>          internal snapshots, never listed: fork points (`_fork-<newBoxId>`)
  *                                   and user snapshots that were deleted or whose box was deleted
@@ -22,7 +26,8 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep, type RunResult } from '../../core/command';
-import type { BaseRef, DriverLogger, RootSource, StorageDriver } from '../drivers';
+import { shiftTree } from '../bases/idShift';
+import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver } from '../drivers';
 
 export interface ZfsStorageOptions {
   dataDir: string;
@@ -57,6 +62,13 @@ const CMD_TIMEOUT_MS = 120_000;
 const BUSY_TRIES = 12;
 const BASE_SNAPSHOT = 'base';
 const INTERNAL = '_';
+/** User property of a box root (and its snapshots): the first host id of the range its files
+ *  are owned in, or `none` (a snapshot taken before the root was shifted in place). */
+const IDMAP_PROP = 'boxhost:idmap';
+/** User property of a shifted base copy being made: `<pid>` of the process making it. */
+const MAKER_PROP = 'boxhost:maker';
+/** Box roots (and data volumes) never honour setuid bits or device nodes. */
+const PRIVATE_MOUNT = ['setuid=off', 'devices=off'];
 
 const COMPONENT = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
@@ -99,6 +111,8 @@ export class ZfsStorage implements StorageDriver {
   private readonly log: DriverLogger;
   private readonly zfsBin = binary('zfs');
   private readonly zpoolBin = binary('zpool');
+  /** Shifted base copies known to be complete: a box create then costs one `zfs clone`. */
+  private readonly shiftedMade = new Set<string>();
 
   constructor(private readonly opts: ZfsStorageOptions) {
     const dataDir = path.resolve(opts.dataDir);
@@ -138,6 +152,25 @@ export class ZfsStorage implements StorageDriver {
     if (health === 'DEGRADED') this.log.warn({ pool: this.pool }, 'ZFS pool is DEGRADED');
     else if (health !== 'ONLINE') throw new Error(`ZFS pool ${this.pool} is ${health}`);
     if ((await this.prop(this.root, 'mounted')) !== 'yes') throw new Error(`dataset ${this.root} is not mounted`);
+    if (this.ownsPool) await this.checkPoolFileRoom();
+  }
+
+  /**
+   * The loop-file pool is sparse: its file grows as boxes write, up to its size. When the host
+   * filesystem can no longer hold that growth, writes in boxes would fail at random (or the
+   * host fill up): the node reports it here, so it stops taking boxes before that.
+   */
+  private async checkPoolFileRoom(): Promise<void> {
+    const [file, host] = await Promise.all([fs.promises.stat(this.imagePath), fs.promises.statfs(this.zfsDir)]);
+    const allocated = file.blocks * 512;
+    const growth = Math.max(0, file.size - allocated);
+    const free = host.bavail * host.bsize;
+    if (free < growth) {
+      throw new Error(
+        `the pool file ${this.imagePath} (${bytes(file.size)}, ${bytes(allocated)} allocated) can grow ${bytes(growth)} more, ` +
+          `but its filesystem has only ${bytes(free)} free: free space there or move the data dir`,
+      );
+    }
   }
 
   /** What the pool can hold for boxhost: used + available of its root dataset. */
@@ -196,20 +229,25 @@ export class ZfsStorage implements StorageDriver {
     await this.zfs(['set', 'readonly=on', ds]);
   }
 
+  /** Destroys a base and its shifted copies; refuses while a box root depends on any of them. */
   async destroyBase(base: BaseRef): Promise<void> {
     const ds = this.baseDataset(base);
     if (!(await this.exists(ds))) return;
-    const dependents = await this.descendantsOf(ds);
+    const copies = `${this.root}/shifted/${base.name}/${base.version}`;
+    const dependents = (await this.descendantsOf(ds)).filter((d) => d !== copies && !d.startsWith(`${copies}/`));
     if (dependents.length > 0) {
       const names = dependents.map((d) => this.boxIdOf(d) ?? d);
       throw new StorageInUseError(`base ${base.name}@${base.version} is in use by ${names.length} box root(s): ${names.join(', ')}`, names);
     }
+    for (const made of [...this.shiftedMade]) if (made.startsWith(`${copies}/`)) this.shiftedMade.delete(made);
+    if (await this.exists(copies)) await this.destroyDataset(copies);
     await this.destroyDataset(ds);
-    // The per-name parent goes with its last version; a concurrent create makes this fail harmlessly.
-    const parent = `${this.root}/bases/${base.name}`;
-    const children = await this.zfs(['list', '-H', '-o', 'name', '-r', '-d', '1', parent], true);
-    if (children.exitCode === 0 && lines(children.stdout).length === 1) {
-      await this.destroyDataset(parent, false).catch((e) => this.log.warn({ dataset: parent, err: String(e) }, 'left an empty base name dataset'));
+    // The per-name parents go with their last version; a concurrent create makes this fail harmlessly.
+    for (const parent of [`${this.root}/bases/${base.name}`, `${this.root}/shifted/${base.name}`]) {
+      const children = await this.zfs(['list', '-H', '-o', 'name', '-r', '-d', '1', parent], true);
+      if (children.exitCode === 0 && lines(children.stdout).length === 1) {
+        await this.destroyDataset(parent, false).catch((e) => this.log.warn({ dataset: parent, err: String(e) }, 'left an empty base name dataset'));
+      }
     }
   }
 
@@ -224,17 +262,31 @@ export class ZfsStorage implements StorageDriver {
 
   // ---------------------------------------------------------------- box roots
 
-  async createBoxRoot(boxId: string, source: RootSource, storageGb?: number): Promise<string> {
+  /**
+   * One `zfs clone` in the common case. With `idMap`, a root from a base is a clone of the base's
+   * copy shifted into the range (made at the first box of the range, then kept); a fork is a
+   * clone of its source, whose files are in the range already (`boxhost:idmap` of the origin
+   * snapshot says so; an unshifted one is shifted at the fork's first start). Every root gets
+   * `quota` (snapshots and forks' origins count) and `refquota` of `storageGb`, and inherits
+   * setuid=off and devices=off; `prepareBoxRoot` makes its mount honour them before a start.
+   */
+  async createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
     const ds = this.boxDataset(boxId);
     if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);
 
-    // The common case costs one `zfs clone`; what went wrong is read from its failure.
+    // What went wrong is read from the clone's failure.
     let origin: string;
     let missing: string;
     let madeForkSnapshot = false;
+    let inRange: string | null = null;
     if (source.kind === 'base') {
-      origin = `${this.baseDataset(source.base)}@${BASE_SNAPSHOT}`;
       missing = `base ${source.base.name}@${source.base.version} does not exist`;
+      if (idMap) {
+        origin = `${await this.shiftedBase(source.base, idMap, missing)}@${BASE_SNAPSHOT}`;
+        inRange = String(idMap.hostId);
+      } else {
+        origin = `${this.baseDataset(source.base)}@${BASE_SNAPSHOT}`;
+      }
     } else {
       // Checked first: on a retry the source may be gone already (destroyed, fork promoted).
       if (await this.exists(ds)) {
@@ -242,23 +294,31 @@ export class ZfsStorage implements StorageDriver {
         return this.boxRootPath(boxId);
       }
       const src = this.boxDataset(source.boxId);
+      // The range of the files cloned: a new snapshot's is its root's (read side by side).
+      let range: Promise<RunResult>;
       if (source.snapshot !== undefined) {
         checkUserSnapshot(source.snapshot);
         origin = `${src}@${source.snapshot}`;
         missing = `box ${source.boxId} has no snapshot ${source.snapshot}`;
+        range = this.zfs(['get', '-Hp', '-o', 'value', IDMAP_PROP, origin], true);
       } else {
         // Named after the new box so that a retried fork reuses its first snapshot.
         origin = `${src}@${INTERNAL}fork-${boxId}`;
         missing = `box root ${source.boxId} does not exist`;
+        range = this.zfs(['get', '-Hp', '-o', 'value', IDMAP_PROP, src], true);
         const r = await this.zfs(['snapshot', origin], true);
         if (r.exitCode === 0) madeForkSnapshot = true;
         else if (isMissing(r.stderr)) throw new Error(missing);
         else if (!isExists(r.stderr)) throw new CommandError([this.zfsBin, 'snapshot', origin], r.exitCode, r.stdout, r.stderr);
       }
+      const value = (await range).stdout.trim();
+      if (/^\d+$/.test(value)) inRange = value;
     }
 
+    // `setuid` and `devices` come from R/boxes (each property given costs the clone ≈2 ms).
     const args = ['clone'];
-    if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`);
+    if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`, '-o', `quota=${quotaArg(storageGb)}`);
+    if (inRange !== null) args.push('-o', `${IDMAP_PROP}=${inRange}`);
     args.push(origin, ds);
     const r = await this.zfs(args, true);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
@@ -270,6 +330,90 @@ export class ZfsStorage implements StorageDriver {
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
     if (isMissing(r.stderr)) throw new Error(missing);
     throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
+  }
+
+  async prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void> {
+    const dir = this.boxRootPath(boxId);
+    // A mounted root whose top directory the range's root owns was made in the range: no ZFS
+    // command needed (the property decides only when this says otherwise).
+    const st = await fs.promises.stat(dir).catch(() => null);
+    if (st?.uid !== idMap.hostId) await this.shiftIntoRange(boxId, idMap);
+    await this.mountPrivately(dir);
+  }
+
+  private async shiftIntoRange(boxId: string, idMap: IdMap): Promise<void> {
+    const ds = this.boxDataset(boxId);
+    if (!(await this.exists(ds))) throw new Error(`box root ${boxId} does not exist`);
+    await this.ensureMounted(ds);
+    const range = await this.prop(ds, IDMAP_PROP);
+    if (range === String(idMap.hostId)) return;
+    if (/^\d+$/.test(range)) throw new Error(`box root ${boxId} is in the id range from ${range}, not ${idMap.hostId}`);
+    // Made before user namespaces: its files (and what its snapshots hold, which stays as it
+    // was: they are marked `none`, so a fork of one is shifted in turn) move into the range.
+    const dir = this.boxRootPath(boxId);
+    const t0 = Date.now();
+    const snapshots = await this.snapshotsOf(ds);
+    if (snapshots.length > 0) await this.zfs(['set', `${IDMAP_PROP}=none`, ...snapshots]);
+    const { entries } = await shiftTree(dir, idMap);
+    await this.zfs(['set', `${IDMAP_PROP}=${idMap.hostId}`, ds]);
+    // Box roots of that version had only a refquota; snapshots now count as well.
+    const refquota = await this.prop(ds, 'refquota');
+    if (refquota !== '0' && (await this.prop(ds, 'quota')) === '0') await this.zfs(['set', `quota=${refquota}`, ds]);
+    this.log.info({ boxId, hostId: idMap.hostId, entries, ms: Date.now() - t0 }, 'shifted a box root made before user namespaces into its id range');
+  }
+
+  /**
+   * The base's copy in `idMap`'s range: `R/shifted/<name>/<version>/<hostId>`, a clone of the
+   * base's @base with every owner shifted, and its own @base snapshot. Made once; a copy left
+   * half-made (no @base) by a process that is gone is made again, one whose maker still runs
+   * (another worker process) is waited for.
+   */
+  private async shiftedBase(base: BaseRef, idMap: IdMap, missing: string): Promise<string> {
+    const ds = this.shiftedDataset(base, idMap);
+    if (this.shiftedMade.has(ds)) return ds;
+    await serialized(ds, async () => {
+      for (let waited = 0; !(await this.exists(`${ds}@${BASE_SNAPSHOT}`)); waited += 250) {
+        const maker = await this.zfs(['get', '-Hp', '-o', 'value', MAKER_PROP, ds], true);
+        if (maker.exitCode !== 0) {
+          await this.makeShiftedBase(base, ds, idMap, missing);
+          continue;
+        }
+        const pid = Number(maker.stdout.trim());
+        if (pid !== process.pid && processAlive(pid) && waited < 10 * 60_000) {
+          await sleep(250);
+          continue;
+        }
+        this.log.warn({ dataset: ds }, 'half-made shifted base copy: destroying it to start again');
+        await this.destroyDataset(ds);
+      }
+    });
+    this.shiftedMade.add(ds);
+    return ds;
+  }
+
+  private async makeShiftedBase(base: BaseRef, ds: string, idMap: IdMap, missing: string): Promise<void> {
+    await this.zfsTolerating(['create', '-p', ds.slice(0, ds.lastIndexOf('/'))], isExists);
+    const origin = `${this.baseDataset(base)}@${BASE_SNAPSHOT}`;
+    const r = await this.zfs(['clone', '-o', `${MAKER_PROP}=${process.pid}`, origin, ds], true);
+    if (r.exitCode !== 0) {
+      if (isExists(r.stderr)) return; // another process is making it: the caller waits
+      if (isMissing(r.stderr)) throw new Error(missing);
+      throw new CommandError([this.zfsBin, 'clone', origin, ds], r.exitCode, r.stdout, r.stderr);
+    }
+    const t0 = Date.now();
+    await this.ensureMounted(ds);
+    const { entries } = await shiftTree(await this.prop(ds, 'mountpoint'), idMap);
+    await this.zfs(['snapshot', `${ds}@${BASE_SNAPSHOT}`]);
+    await this.zfs(['set', 'readonly=on', ds]);
+    this.log.info({ base: `${base.name}@${base.version}`, hostId: idMap.hostId, entries, ms: Date.now() - t0 }, "made a base's copy in an id range");
+  }
+
+  /** zfs-fuse mounts without nosuid,nodev whatever `setuid` and `devices` say: the mount is
+   *  made so by a bind remount, which changes only its flags. */
+  private async mountPrivately(dir: string): Promise<void> {
+    const flags = mountFlags(dir);
+    if (!flags || isPrivateMount(flags)) return;
+    await run(['mount', '-o', 'remount,bind,nosuid,nodev', dir]);
   }
 
   boxRootPath(boxId: string): string {
@@ -334,7 +478,27 @@ export class ZfsStorage implements StorageDriver {
       // Promoting a clone whose origin is no longer ours would steal its new origin's snapshots.
       if ((await this.prop(newest.clone, 'origin')) !== newest.snap) continue;
       this.log.info({ dataset: ds, fork }, 'promoting fork before destroying its origin');
-      await this.zfs(['promote', newest.clone]);
+      await this.promoteOverQuota(newest.clone);
+    }
+  }
+
+  /** `zfs promote` hands the origin's snapshots (and their space) to the fork, which its quota
+   *  may not hold: the quota is lifted for the promote, then put back (or, when the fork now
+   *  uses more, set to what it uses: it can write nothing more until it frees space). */
+  private async promoteOverQuota(clone: string): Promise<void> {
+    const quota = await this.prop(clone, 'quota');
+    if (quota !== '0') await this.zfs(['set', 'quota=none', clone]);
+    try {
+      await this.zfs(['promote', clone]);
+    } finally {
+      if (quota !== '0') {
+        const r = await this.zfs(['set', `quota=${quota}`, clone], true);
+        if (r.exitCode !== 0) {
+          const used = await this.prop(clone, 'used');
+          this.log.warn({ dataset: clone, quota, used }, 'fork uses more than its quota after the promote; quota set to its use');
+          await this.zfs(['set', `quota=${used}`, clone]);
+        }
+      }
     }
   }
 
@@ -396,6 +560,10 @@ export class ZfsStorage implements StorageDriver {
     checkComponent('base name', base.name);
     checkComponent('base version', base.version);
     return `${this.root}/bases/${base.name}/${base.version}`;
+  }
+
+  private shiftedDataset(base: BaseRef, idMap: IdMap): string {
+    return `${this.baseDataset(base).replace(`${this.root}/bases/`, `${this.root}/shifted/`)}/${idMap.hostId}`;
   }
 
   private boxDataset(boxId: string): string {
@@ -468,9 +636,17 @@ export class ZfsStorage implements StorageDriver {
       }
       throw new Error(`${this.imagePath} exists but pool ${this.pool} cannot be imported from it: ${r.stderr.trim()}`);
     }
+    // Sparse, so it always fits at first; it must be able to grow to its size, though.
+    const size = Math.round(this.opts.poolSizeGb * 1024 ** 3);
+    const host = await fs.promises.statfs(this.zfsDir);
+    if (size > host.bavail * host.bsize) {
+      throw new Error(
+        `the pool file ${this.imagePath} would be ${bytes(size)} (BOXHOST_POOL_SIZE_GB), but its filesystem has only ${bytes(host.bavail * host.bsize)} free`,
+      );
+    }
     const fd = fs.openSync(this.imagePath, 'wx', 0o600);
     try {
-      fs.ftruncateSync(fd, this.opts.poolSizeGb * 1024 ** 3);
+      fs.ftruncateSync(fd, size);
     } finally {
       fs.closeSync(fd);
     }
@@ -495,10 +671,12 @@ export class ZfsStorage implements StorageDriver {
       // Box roots live under the data dir as on the loop-file pool, so paths never depend on the pool.
       await this.zfsTolerating(['create', '-o', `mountpoint=${this.defaultMount}`, this.root], isExists);
     }
-    for (const child of ['bases', 'boxes', 'data']) {
+    for (const child of ['bases', 'shifted', 'boxes', 'data']) {
       const ds = `${this.root}/${child}`;
       if (!(await this.exists(ds))) await this.zfsTolerating(['create', ds], isExists);
     }
+    // Inherited by every box root and data volume made under them.
+    for (const ds of [`${this.root}/boxes`, `${this.root}/data`]) for (const p of PRIVATE_MOUNT) await this.zfs(['set', p, ds]);
   }
 
   // ---------------------------------------------------------------- internals: datasets
@@ -649,6 +827,38 @@ function lines(s: string): string[] {
 
 function snapName(snap: string): string {
   return snap.slice(snap.indexOf('@') + 1);
+}
+
+function bytes(n: number): string {
+  return n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(1)} GiB` : `${Math.round(n / 1024 ** 2)} MiB`;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const isPrivateMount = (flags: Set<string> | null) => flags !== null && flags.has('nosuid') && flags.has('nodev');
+
+/** The options of the mount at exactly `dir` (from /proc/self/mountinfo), or null if none. */
+function mountFlags(dir: string): Set<string> | null {
+  let info: string;
+  try {
+    info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return null;
+  }
+  let found: Set<string> | null = null;
+  for (const line of info.split('\n')) {
+    const f = line.split(' ');
+    // The last mount at a point is the one in effect.
+    if (f[4]?.replace(/\\040/g, ' ') === dir) found = new Set(f[5].split(','));
+  }
+  return found;
 }
 
 function quotaArg(gb: number): string {

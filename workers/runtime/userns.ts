@@ -1,0 +1,136 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { IdMap } from '../../core/box';
+import { run, sleep } from '../../core/command';
+
+/**
+ * A box's user namespace and the network namespace that belongs to it.
+ *
+ * `runc exec` (1.1) joins a container's namespaces user namespace first. A netns made by
+ * `ip netns add` belongs to the host's user namespace, which a process already inside the box's
+ * cannot enter: every exec failed with "failed to setns into net namespace: Operation not
+ * permitted" (runc 1.2 joins in two stages, opencontainers/runc#4492; Debian's 1.1.5 does not).
+ * So the box's netns is made inside the box's own user namespace before the container starts,
+ * and both are kept as nsfs bind mounts: the netns where the network driver keeps it
+ * (`/run/netns/…`), the user namespace in USERNS_DIR, which the container joins by path. That
+ * the netns belongs to the box also lets runc mount a fresh sysfs and set the box's namespaced
+ * sysctls, and lets root in the box bind ports below 1024, as without a user namespace.
+ */
+export const USERNS_DIR = '/run/boxhost/userns';
+const UNSHARE = '/usr/bin/unshare';
+const MARKER = '.ids';
+
+export class BoxNamespaces {
+  /** make() and the sweep it does run one at a time in this process. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly busybox: string,
+    private readonly dir: string = USERNS_DIR,
+  ) {}
+
+  usernsPath(containerId: string): string {
+    return path.join(this.dir, containerId);
+  }
+
+  /** `<net ns inode> <user ns inode> <netns path>` as they were when made: a netns replaced by
+   *  someone else (or gone with /run at a reboot) no longer matches. */
+  private markerPath(containerId: string): string {
+    return `${this.usernsPath(containerId)}${MARKER}`;
+  }
+
+  async owns(containerId: string, netnsPath: string): Promise<boolean> {
+    try {
+      const [net, user, marker] = await Promise.all([
+        fs.promises.stat(netnsPath),
+        fs.promises.stat(this.usernsPath(containerId)),
+        fs.promises.readFile(this.markerPath(containerId), 'utf8'),
+      ]);
+      return marker === `${net.ino} ${user.ino} ${netnsPath}`;
+    } catch {
+      return false;
+    }
+  }
+
+  make(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
+    const next = this.queue.then(async () => {
+      await this.sweep();
+      await this.makeNow(containerId, netnsPath, idMap);
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /**
+   * Lets go of the user namespaces whose netns is gone (the network driver deleted it with its
+   * box), whichever host made them: a box stopped for good (its container deleted) or a test
+   * host torn down leaves its user namespace mounted until then.
+   */
+  private async sweep(): Promise<void> {
+    const names = await fs.promises.readdir(this.dir).catch(() => [] as string[]);
+    for (const name of names.filter((n) => n.endsWith(MARKER))) {
+      const containerId = name.slice(0, -MARKER.length);
+      const marker = await fs.promises.readFile(path.join(this.dir, name), 'utf8').catch(() => '');
+      const [netIno, , netnsPath] = marker.split(' ');
+      const net = netnsPath ? await fs.promises.stat(netnsPath).catch(() => null) : null;
+      if (!net || String(net.ino) !== netIno) await this.release(containerId);
+    }
+  }
+
+  private async makeNow(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
+    const userns = this.usernsPath(containerId);
+    await Promise.all([fs.promises.mkdir(this.dir, { recursive: true, mode: 0o700 }), fs.promises.mkdir(path.dirname(netnsPath), { recursive: true })]);
+    // Bind mount targets must exist.
+    await Promise.all([touch(userns), touch(netnsPath)]);
+    // The holder: a process in a new user namespace and a netns made inside it. It waits on its
+    // stdin until both are bind-mounted, then goes.
+    const holder = spawn(UNSHARE, ['--user', '--net', '--', this.busybox, 'sh', '-c', 'read _'], { stdio: ['pipe', 'ignore', 'ignore'] });
+    const exited = new Promise<void>((resolve) => holder.once('exit', () => resolve()).once('error', () => resolve()));
+    try {
+      const pid = holder.pid;
+      if (!pid) throw new Error(`${UNSHARE} did not start`);
+      await untilUnshared(pid);
+      const map = `0 ${idMap.hostId} ${idMap.size}\n`;
+      await fs.promises.writeFile(`/proc/${pid}/uid_map`, map);
+      await fs.promises.writeFile(`/proc/${pid}/gid_map`, map);
+      // Unmounting first replaces (not stacks on) what was there: a netns `ip netns add` made,
+      // or an earlier pair of this box.
+      await run(['sh', '-c', 'umount -l "$1" 2>/dev/null; umount -l "$2" 2>/dev/null; mount --bind "/proc/$3/ns/user" "$1" && mount --bind "/proc/$3/ns/net" "$2"', 'sh', userns, netnsPath, String(pid)]);
+    } finally {
+      holder.stdin?.end();
+      holder.kill('SIGKILL');
+      await exited;
+    }
+    const [net, user] = await Promise.all([fs.promises.stat(netnsPath), fs.promises.stat(userns)]);
+    await fs.promises.writeFile(this.markerPath(containerId), `${net.ino} ${user.ino} ${netnsPath}`, { mode: 0o600 });
+  }
+
+  /** Lets the box's user namespace go (its netns is the network driver's to delete). */
+  async release(containerId: string): Promise<void> {
+    const userns = this.usernsPath(containerId);
+    if (fs.existsSync(userns)) await run(['umount', '-l', userns], { allowFailure: true });
+    await Promise.all([fs.promises.rm(userns, { force: true }), fs.promises.rm(this.markerPath(containerId), { force: true })]);
+  }
+}
+
+/** Makes `file` if missing (an nsfs file already there cannot be opened for writing). */
+async function touch(file: string): Promise<void> {
+  try {
+    await (await fs.promises.open(file, 'wx', 0o600)).close();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  }
+}
+
+/** Waits until process `pid` is in a user namespace other than ours (unshare(2) has run). */
+async function untilUnshared(pid: number): Promise<void> {
+  const ours = await fs.promises.readlink('/proc/self/ns/user');
+  for (let i = 0; i < 5000; i++) {
+    const theirs = await fs.promises.readlink(`/proc/${pid}/ns/user`).catch(() => null);
+    if (theirs === null) throw new Error(`${UNSHARE} exited before making the box's namespaces`);
+    if (theirs !== ours) return;
+    await sleep(i < 50 ? 0 : 1);
+  }
+  throw new Error(`${UNSHARE} did not make the box's namespaces within 5 s`);
+}
