@@ -299,6 +299,7 @@ async function main(): Promise<number> {
   let host: Host | undefined;
   let api: Api | undefined;
   let raw: RawRunner | undefined;
+  let rawExtra: RawRunner | undefined;
   let rawPlain: RawRunner | undefined;
   let remoteApi: ChildProcess | undefined;
   let teardownDone: Promise<string[]> | undefined;
@@ -323,7 +324,7 @@ async function main(): Promise<number> {
         });
       }
       if (remoteApi && remoteApi.exitCode === null) remoteApi.kill('SIGKILL');
-      for (const r of [raw, rawPlain]) if (r) await step('raw cleanup', async () => problems.push(...(await r.cleanup())));
+      for (const r of [raw, rawPlain, rawExtra]) if (r) await step('raw cleanup', async () => problems.push(...(await r.cleanup())));
       if (host) {
         const h = host;
         await step('host close', () => h.close());
@@ -384,23 +385,35 @@ async function main(): Promise<number> {
     const baseSnapshot = `${storage.root}/shifted/busybox/${version}/${idMap.hostId}@base`;
     raw = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap });
     rawPlain = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot: `${storage.root}/bases/busybox/${version}@base`, name: 'plain' });
+    // The floor doing the same storage work a box's root gets (for the note on where the gap is).
+    const rawSame = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap, name: 'same', sameStorageWork: { storageGb: 2, idProperty: 'boxhost:idmap' } });
+    rawExtra = rawSame;
     await raw.prepare();
     await rawPlain.prepare();
+    await rawSame.prepare();
     checkpoint();
     results.zfs = { root: storage.root, base_snapshot: baseSnapshot, compression: await zfsGet('compression', storage.root) };
     results.userns = { id_map: idMap, first_create_ms: round1(first.ms), base_shift_ms: shiftLog?.ms ?? null, base_shift_entries: shiftLog?.entries ?? null };
     await raw.createAndRun(0);
     await rawPlain.createAndRun(0);
+    await rawSame.createAndRun(0);
     profiler.phase = 'create';
     const creates: CreateSample[] = [];
     const rawCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
     const plainCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
+    const sameCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
     for (let i = 1; i <= N_CREATES; i++) {
       checkpoint();
       creates.push(await createBox(api, `c-${i}`));
       rawCreates.push(await raw.createAndRun(i));
       plainCreates.push(await rawPlain.createAndRun(i));
+      sameCreates.push(await rawSame.createAndRun(i));
     }
+    const sameP50 = summarize(sameCreates.map((r) => r.totalMs)).p50;
+    notes.push(
+      `the raw floor doing the same storage work (clone with quota, refquota and id range, then the nosuid,nodev remount): p50 ${fmtMs(sameP50)} ms; ` +
+        `create is ${(summarize(creates.map((c) => c.ms)).p50 / sameP50).toFixed(2)}x that (the rest: the api, the queue, the network, the box's namespaces)`,
+    );
     figures.push(figure(`create→running (${N_CREATES} boxes)`, creates.map((c) => c.ms), rawCreates.map((r) => r.totalMs), 'zfs clone + runc run -d (userns)', TARGETS.create));
     const usernsCost = summarize(rawCreates.map((r) => r.runMs)).p50 - summarize(plainCreates.map((r) => r.runMs)).p50;
     notes.push(
@@ -413,6 +426,7 @@ async function main(): Promise<number> {
       api: summaryJson(summarize(creates.map((c) => c.ms))),
       raw: summaryJson(summarize(rawCreates.map((r) => r.totalMs))),
       raw_without_userns: summaryJson(summarize(plainCreates.map((r) => r.totalMs))),
+      raw_same_storage_work: summaryJson(summarize(sameCreates.map((r) => r.totalMs))),
       raw_steps: {
         zfs_clone: summaryJson(summarize(rawCreates.map((r) => r.cloneMs))),
         bundle_write: summaryJson(summarize(rawCreates.map((r) => r.bundleMs))),

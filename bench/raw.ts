@@ -66,6 +66,9 @@ export interface RawRunnerOptions {
   idMap?: IdMap;
   /** Names this runner's datasets, containers and directories (`raw`). */
   name?: string;
+  /** Do the storage work a box's root gets: the clone's properties (quota, refquota, id range)
+   *  and the nosuid,nodev remount zfs-fuse needs. */
+  sameStorageWork?: { storageGb: number; idProperty: string };
 }
 
 export class RawRunner {
@@ -120,7 +123,10 @@ export class RawRunner {
     fs.mkdirSync(bundle, { recursive: true, mode: 0o700 });
 
     const t0 = nowMs();
-    const clone = await spawnCollect([ZFS_BIN, 'clone', this.opts.baseSnapshot, ds]);
+    const work = this.opts.sameStorageWork;
+    const props = work ? ['-o', `refquota=${work.storageGb}G`, '-o', `quota=${work.storageGb}G`, '-o', `${work.idProperty}=${this.opts.idMap?.hostId ?? 0}`] : [];
+    const clone = await spawnCollect([ZFS_BIN, 'clone', ...props, this.opts.baseSnapshot, ds]);
+    if (clone.code === 0 && work) await must(['mount', '-o', 'remount,bind,nosuid,nodev', rootfs]);
     const t1 = nowMs();
     if (clone.code !== 0) throw new Error(`zfs clone ${ds} failed: ${clone.stderr.trim()}`);
     this.clones.push(ds);

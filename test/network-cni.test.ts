@@ -321,9 +321,9 @@ t.test('spoofing on the bridge', async (t) => {
   /** w's MAC pinned in an attacker's netns: its own ARP would give it away before its packets. */
   const staticW = ['neigh', 'replace', w.address, 'lladdr', w.mac, 'dev', 'eth0', 'nud', 'permanent'];
 
-  t.test('macspoofchk and the port chains are in place', async (t) => {
+  t.test('the port chains are in place (the plugin\'s macspoofchk is not needed)', async (t) => {
     const rs = await bridgeRuleset();
-    t.match(rs, `iifname "${x.veth}" jump cni-br-iface-${nsOf('x')}-eth0`, 'macspoofchk (bridge plugin) on the veth');
+    t.notMatch(rs, 'cni-br-iface-', "no macspoofchk of the plugin's: the box's own chain checks its MAC");
     t.match(rs, new RegExp(`"${x.veth}" : jump box_x`), 'the port map sends the veth to its chain');
     const chain = (await run(['nft', 'list', 'chain', 'bridge', network.portTable, 'box_x'])).stdout;
     for (const rule of [`ether saddr != ${x.mac} drop`, 'ether type != { ip, arp } drop', `arp saddr ether != ${x.mac} drop`, `arp saddr ip != ${x.address} drop`, `ip saddr != ${x.address} drop`]) {

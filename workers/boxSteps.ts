@@ -40,9 +40,10 @@ export class BoxSteps implements BoxHost {
     await Promise.all([
       this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, idMap),
       (async () => {
-        const netnsPath = await this.d.network.prepare(box.id);
-        // Nothing is wired to a netns before the box's first start: it is replaced as it is.
+        // Made by the runtime, in the box's user namespace, where the network driver keeps it.
+        const netnsPath = this.d.network.netnsPath(box.id);
         if (!(await this.d.runtime.ownsNetns(box.id, netnsPath))) await this.d.runtime.makeNetns(box.id, netnsPath, idMap);
+        await this.d.network.prepare(box.id); // there now: only makes sure
       })(),
     ]);
   }

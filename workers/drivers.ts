@@ -78,6 +78,8 @@ export interface ProjectNetwork {
 export interface NetworkDriver {
   /** Host-wide set-up (firewall chains, sysctls). Idempotent. */
   init(): Promise<void>;
+  /** Where the box's netns is (whether or not it exists). */
+  netnsPath(boxId: string): string;
   /** Creates the box's empty netns and answers its path, so the container can be created in
    *  it while `attach` wires it up. Idempotent. */
   prepare(boxId: string): Promise<string>;
@@ -176,6 +178,9 @@ export interface RuntimeDriver {
   exec(boxId: string, opts: ExecOptions): Promise<ExecResult>;
   /** Starts a command whose stdin, stdout and stderr the caller streams. */
   execStream(boxId: string, opts: ExecStreamOptions): Promise<ExecProcess>;
+  /** Lets go of what no box holds any more (user namespaces whose netns is gone): run by
+   *  reconciliation, off every box's own path. */
+  tidy(): Promise<void>;
   /** Ids of containers this host's runc root knows (for reconciliation). */
   list(): Promise<{ boxId: string; status: ContainerStatus }[]>;
   /** Rewrites the box's /etc/boxes-env (running or not; a running box sees it at once). */

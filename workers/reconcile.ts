@@ -81,6 +81,7 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     await ctx.storage.destroyBoxRoot(id);
     report.orphanRoots.push(id);
   }
+  await ctx.runtime.tidy().catch((e) => ctx.log.warn({ err: (e as Error).message }, 'tidying the runtime failed'));
   const touched = Object.values(report).some((l) => l.length > 0);
   ctx.log[touched ? 'warn' : 'info'](report, 'reconciled host state with the db');
   return report;

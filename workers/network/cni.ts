@@ -66,7 +66,8 @@ const PORT_DISPATCH_EXPR = JSON.stringify([{ vmap: { key: { meta: { key: 'iifnam
  *   subnet elsewhere, nor the protected destinations (chain `-OUT`); else dropped.
  * - Spoofing, three layers deep. Per box, an nftables chain keyed on its host-side veth lets out
  *   only frames with its own MAC, IPv4 from its own address and ARP claiming its own MAC and
- *   address (table `bridge boxhost_<tag>`), on top of the plugin's own `macspoofchk`. Per
+ *   address (table `bridge boxhost_<tag>`); it is the bridge plugin's `macspoofchk` and more
+ *   (that one runs `nft` inside every ADD, the slowest step of a create, for a subset). Per
  *   bridge, an iptables rule (chain `-SRC`, first in INPUT and FORWARD) drops what does not
  *   come from the project's /24, and `rp_filter=1` does the same for what is routed.
  * - IPv6 is off on the bridges, and ip6tables drops the rest.
@@ -198,6 +199,7 @@ export class CniNetwork implements NetworkDriver {
    * port chain of every attached box; and drops those of bridges and boxes that are gone.
    */
   async init(): Promise<void> {
+    this.guarded.clear();
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     // Bridged (same-bridge) traffic must pass iptables for the physdev rule to see it; and
     // forwarding must be on for outbound NAT (the bridge plugin turns it on anyway).
@@ -365,12 +367,20 @@ export class CniNetwork implements NetworkDriver {
   }
 
   /** Everything a bridge needs beyond what the plugin makes. Idempotent. */
+  /** Bridges this process has guarded (sysctls and source rule in place), by the bridge's
+   *  ifindex: a box joining the same bridge again costs no iptables call, while a bridge that
+   *  was released (by any process) and made anew has a new ifindex and is guarded again. */
+  private readonly guarded = new Map<number, string>();
+
   private async guardBridge(index: number): Promise<void> {
+    const ifindex = (await fs.promises.readFile(`/sys/class/net/${this.bridgeName(index)}/ifindex`, 'utf8').catch(() => '')).trim();
+    if (ifindex && this.guarded.get(index) === ifindex) return;
     await this.bridgeSysctls(index);
     const ipt = await this.iptables();
     const rule = this.bridgeRule(index);
     const check = await run([ipt, '-w', '-t', 'filter', '-C', this.chainSrc, ...rule], { allowFailure: true });
     if (check.exitCode !== 0) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...rule]);
+    if (ifindex) this.guarded.set(index, ifindex);
   }
 
   // ---------------------------------------------------------------- per-box port chains
@@ -443,9 +453,7 @@ export class CniNetwork implements NetworkDriver {
   }
 
   /**
-   * The box's chain: its frames must carry its MAC (as `macspoofchk` does, again here so that
-   * a port the plugin did not guard, or whose `bridge nat` rules an ebtables user flushed, is
-   * still held), be IPv4 or ARP only (no IPv6 neighbour spoofing, VLAN tags or other L2
+   * The box's chain: its frames must carry its MAC, be IPv4 or ARP only (no IPv6 neighbour spoofing, VLAN tags or other L2
    * protocols), and IPv4 and ARP must claim its own address and MAC: a box can neither use a
    * neighbour's address nor answer ARP for it or for the gateway. One transaction.
    */
@@ -466,8 +474,7 @@ export class CniNetwork implements NetworkDriver {
   }
 
   /**
-   * Removes the box's port chain and map entries, and what `macspoofchk` left in `bridge nat`:
-   * the plugin's DEL removes those only while the netns exists. Idempotent.
+   * Removes the box's port chain and map entries. Idempotent.
    */
   private async unprotectBox(boxId: string, ruleset?: NftObject[]): Promise<void> {
     const rs = ruleset ?? (await this.nftRuleset());
@@ -475,33 +482,7 @@ export class CniNetwork implements NetworkDriver {
     const c = this.portChain(boxId);
     const cmds = (this.portsByBox(rs).get(boxId) ?? []).map((veth) => `delete element bridge ${t} ports { "${veth}" }`);
     if (rs.some((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name === c)) cmds.push(`flush chain bridge ${t} ${c}`, `delete chain bridge ${t} ${c}`);
-    const spoofchk = `${this.netnsName(boxId)}-eth0`;
-    cmds.push(...this.spoofchkCleanup(rs, (id) => id === spoofchk));
     await this.nft(cmds);
-  }
-
-  /** nft commands removing the `macspoofchk` rules and chains whose CNI id passes `mine`. */
-  private spoofchkCleanup(rs: NftObject[], mine: (id: string) => boolean): string[] {
-    const cmds: string[] = [];
-    for (const o of rs) {
-      const r = o.rule;
-      if (r?.family === 'bridge' && r.table === 'nat' && r.chain === 'PREROUTING' && r.comment?.startsWith('macspoofchk-') && mine(r.comment.slice('macspoofchk-'.length))) {
-        cmds.push(`delete rule bridge nat PREROUTING handle ${r.handle}`);
-      }
-    }
-    const chains = rs
-      .map((o) => o.chain)
-      .filter((ch): ch is NonNullable<NftObject['chain']> => ch?.family === 'bridge' && ch.table === 'nat' && ch.name.startsWith('cni-br-iface-'))
-      .filter((ch) => mine(ch.name.slice('cni-br-iface-'.length).replace(/-mac$/, '')))
-      .map((ch) => ch.name);
-    // Flush all first: an iface chain jumps to its -mac chain.
-    for (const ch of chains) cmds.push(`flush chain bridge nat ${ch}`);
-    for (const ch of chains) cmds.push(`delete chain bridge nat ${ch}`);
-    return cmds;
-  }
-
-  private async isProtected(boxId: string): Promise<boolean> {
-    return this.portsByBox(await this.nftRuleset()).has(boxId);
   }
 
   /**
@@ -548,7 +529,6 @@ export class CniNetwork implements NetworkDriver {
       ipMasq: false,
       hairpinMode: false,
       // Frames from the veth must carry the container's MAC (nftables `bridge nat`, via nft).
-      macspoofchk: true,
       ipam: {
         type: 'host-local',
         ranges: [[{ subnet: this.subnet(index), gateway: this.gateway(index) }]],
@@ -619,20 +599,15 @@ export class CniNetwork implements NetworkDriver {
     const index = net.index;
     const gateway = this.gateway(index);
     const netnsPath = this.netnsPath(boxId);
-    if (await this.netnsExists(boxId)) {
+    // A netns this driver never finished attaching (no mark) goes straight to ADD: probing its
+    // eth0 costs a process per create. One that a worker left half-way through its ADD makes
+    // that ADD fail, which undoes it, and the job's retry attaches.
+    if ((await this.netnsExists(boxId)) && (await exists(this.attachedMark(boxId)))) {
       const eth0 = await this.eth0(boxId);
       if (eth0.address?.startsWith(`${this.prefix16[0]}.${this.prefix16[1]}.${index}.`)) {
         const lo = await run(['ip', '-n', this.netnsName(boxId), '-j', 'link', 'show', 'dev', 'lo'], { allowFailure: true });
-        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) {
-          // A worker that died between the plugins and the port chain left the box unguarded.
-          if (!(await this.isProtected(boxId))) {
-            const port = await this.livePort(boxId, await this.leases());
-            if (!port) throw new Error(`box ${boxId} has an address but no veth on the host`);
-            await this.guardBridge(index);
-            await this.protectBox(boxId, port);
-          }
-          return { netnsPath, address: eth0.address, gateway };
-        }
+        // The mark is written after the port chain: an attached box with its mark is guarded.
+        if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address: eth0.address, gateway };
       }
       // Half made (a worker died mid-way): undo and start over. A netns that `prepare` made
       // has no eth0 yet and goes straight to ADD.
@@ -659,6 +634,8 @@ export class CniNetwork implements NetworkDriver {
       await this.guardBridge(index);
       const address = v4.address.split('/')[0];
       await this.protectBox(boxId, { veth, mac, address });
+      await fs.promises.mkdir(path.dirname(this.attachedMark(boxId)), { recursive: true, mode: 0o700 });
+      await fs.promises.writeFile(this.attachedMark(boxId), address, { mode: 0o600 });
       this.logger?.debug({ boxId, index, ms: Date.now() - t0 }, 'cni add');
       return { netnsPath, address, gateway };
     } catch (e) {
@@ -695,8 +672,14 @@ export class CniNetwork implements NetworkDriver {
     return false;
   }
 
+  /** Written once a box is attached and guarded; removed by its detach. */
+  private attachedMark(boxId: string): string {
+    return path.join(this.dataDir, 'cni', 'attached', boxId);
+  }
+
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {
     const t0 = Date.now();
+    await fs.promises.rm(this.attachedMark(boxId), { force: true });
     // DEL works (and frees the address) whether or not the netns is still there.
     await this.cni('DEL', this.bridgeConf(net.index), boxId, 'eth0');
     // After DEL: the veth is gone, so dropping its chain opens nothing.
@@ -744,14 +727,15 @@ export class CniNetwork implements NetworkDriver {
         if (res.exitCode !== 0) break;
       }
       await fs.promises.rm(path.join(this.ipamDir, this.networkName(net.index)), { recursive: true, force: true });
+      this.guarded.delete(net.index);
       return true;
     } finally {
       await fs.promises.rm(mark, { force: true });
     }
   }
 
-  /** Removes everything of this host tag: netns, bridges, firewall chains, port table and
-   *  `macspoofchk` leftovers, IPAM state. */
+  /** Removes everything of this host tag: netns, bridges, firewall chains, port table, IPAM
+   *  state. */
   async destroyAll(): Promise<void> {
     for (const boxId of await this.listAttached()) {
       await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
@@ -779,11 +763,8 @@ export class CniNetwork implements NetworkDriver {
       await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
     }
     const rs = await this.nftRuleset().catch(() => null);
-    if (rs) {
-      const cmds = this.spoofchkCleanup(rs, (id) => id.startsWith(`bh${this.hostTag}-`));
-      if (rs.some((o) => o.table?.family === 'bridge' && o.table.name === this.portTable)) cmds.push(`delete table bridge ${this.portTable}`);
-      await this.nft(cmds);
-    }
+    if (rs?.some((o) => o.table?.family === 'bridge' && o.table.name === this.portTable)) await this.nft([`delete table bridge ${this.portTable}`]);
+    this.guarded.clear();
     await fs.promises.rm(path.join(this.dataDir, 'cni'), { recursive: true, force: true });
   }
 }

@@ -59,6 +59,10 @@ export class MockNetwork extends WithFaults<Method> implements NetworkDriver {
     this.netns.delete(boxId);
   }
 
+  netnsPath(boxId: string): string {
+    return `/mock/netns/${boxId}`;
+  }
+
   async releaseProject(net: ProjectNetwork): Promise<boolean> {
     this.fault('releaseProject');
     if ((this.leases.get(net.index)?.size ?? 0) > 0) return false;

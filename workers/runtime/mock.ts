@@ -48,6 +48,10 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
   /** Netns the mock made "in a user namespace" (as the real runtime's makeNetns does). */
   private readonly ownNetns = new Set<string>();
 
+  async tidy(): Promise<void> {
+    this.fault('tidy');
+  }
+
   async ownsNetns(boxId: string, netnsPath: string): Promise<boolean> {
     this.fault('ownsNetns');
     return this.ownNetns.has(`${boxId} ${netnsPath}`);

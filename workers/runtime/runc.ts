@@ -128,18 +128,9 @@ export class RuncRuntime implements RuntimeDriver {
     const bundle = this.bundlePath(spec.boxId);
     const rootfs = path.resolve(spec.rootfs);
     await Promise.all([fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }), fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 })]);
-    if (idMap) {
-      // Root in the box (the container init, as it mounts) walks to the bundle's files: the
-      // bundle is its own, and nobody else's; the paths down to it and to the root are opened
-      // for traversal only.
-      await Promise.all([
-        fs.promises.chown(bundle, idMap.hostId, idMap.hostId),
-        this.hostPaths.makeReachable([rootfs, bundle]),
-        (async () => {
-          if (!(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
-        })(),
-      ]);
-    }
+    // The netns the box joins must be its own user namespace's (BoxSteps makes it beside the
+    // root; a caller that did not gets it here).
+    if (idMap && !(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
     const config = buildOciSpec({
       rootfs,
       hostname: spec.hostname,
@@ -164,6 +155,7 @@ export class RuncRuntime implements RuntimeDriver {
       usernsPath: idMap ? this.namespaces.usernsPath(cid) : undefined,
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
+    // All side by side: every await on a start's path is a round trip through the fs pool.
     await Promise.all([
       writeJsonAtomic(path.join(bundle, 'config.json'), config),
       writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
@@ -171,6 +163,12 @@ export class RuncRuntime implements RuntimeDriver {
       fs.promises.writeFile(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment), { mode: 0o644 }),
       // Earlier versions gave PID 1 this file for stdio, without bound.
       fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
+      fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
+      // Root in the box (the container init, as it mounts) walks to the bundle's files: the
+      // bundle is its own, and nobody else's; the paths down to it and to the root are opened
+      // for traversal only.
+      idMap ? fs.promises.chown(bundle, idMap.hostId, idMap.hostId) : null,
+      idMap ? this.hostPaths.makeReachable([rootfs, bundle]) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
 
@@ -321,6 +319,10 @@ export class RuncRuntime implements RuntimeDriver {
     } catch {
       /* the bundle is rewritten at the next start anyway */
     }
+  }
+
+  tidy(): Promise<void> {
+    return this.namespaces.sweep();
   }
 
   async list(): Promise<{ boxId: string; status: ContainerStatus }[]> {

@@ -11,9 +11,9 @@ const RUNC_LOG_TAIL_BYTES = 4096;
  * them). runc's own diagnostics go to `<bundle>/runc.log` (JSON), made anew for each start.
  * Answers runc's exit code.
  */
-export async function runDetached(runcBin: string, root: string, bundle: string, id: string): Promise<number | null> {
+export function runDetached(runcBin: string, root: string, bundle: string, id: string): Promise<number | null> {
+  // The caller removed the last start's log (a start appends to it).
   const log = path.join(bundle, 'runc.log');
-  await fs.promises.rm(log, { force: true });
   return new Promise<number | null>((resolve, reject) => {
     const child = spawn(runcBin, ['--root', root, '--log', log, '--log-format', 'json', 'run', '--detach', '--bundle', bundle, id], { cwd: bundle, stdio: 'ignore' });
     child.on('error', reject);

@@ -22,9 +22,6 @@ const UNSHARE = '/usr/bin/unshare';
 const MARKER = '.ids';
 
 export class BoxNamespaces {
-  /** make() and the sweep it does run one at a time in this process. */
-  private queue: Promise<unknown> = Promise.resolve();
-
   constructor(
     private readonly busybox: string,
     private readonly dir: string = USERNS_DIR,
@@ -40,34 +37,25 @@ export class BoxNamespaces {
     return `${this.usernsPath(containerId)}${MARKER}`;
   }
 
+  /** Synchronous on purpose: three tiny calls, on every start's path, cost microseconds this
+   *  way and milliseconds through a busy fs pool. */
   async owns(containerId: string, netnsPath: string): Promise<boolean> {
     try {
-      const [net, user, marker] = await Promise.all([
-        fs.promises.stat(netnsPath),
-        fs.promises.stat(this.usernsPath(containerId)),
-        fs.promises.readFile(this.markerPath(containerId), 'utf8'),
-      ]);
-      return marker === `${net.ino} ${user.ino} ${netnsPath}`;
+      const net = fs.statSync(netnsPath);
+      const user = fs.statSync(this.usernsPath(containerId));
+      return fs.readFileSync(this.markerPath(containerId), 'utf8') === `${net.ino} ${user.ino} ${netnsPath}`;
     } catch {
       return false;
     }
   }
 
-  make(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
-    const next = this.queue.then(async () => {
-      await this.sweep();
-      await this.makeNow(containerId, netnsPath, idMap);
-    });
-    this.queue = next.catch(() => undefined);
-    return next;
-  }
-
   /**
    * Lets go of the user namespaces whose netns is gone (the network driver deleted it with its
-   * box), whichever host made them: a box stopped for good (its container deleted) or a test
-   * host torn down leaves its user namespace mounted until then.
+   * box), whichever host made them: a test host torn down, or a box whose delete died half-way,
+   * leaves its user namespace mounted until then. Reconciliation runs it (through `list`);
+   * a delete releases its own box's at once.
    */
-  private async sweep(): Promise<void> {
+  async sweep(): Promise<void> {
     const names = await fs.promises.readdir(this.dir).catch(() => [] as string[]);
     for (const name of names.filter((n) => n.endsWith(MARKER))) {
       const containerId = name.slice(0, -MARKER.length);
@@ -78,7 +66,7 @@ export class BoxNamespaces {
     }
   }
 
-  private async makeNow(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
+  async make(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
     const userns = this.usernsPath(containerId);
     await Promise.all([fs.promises.mkdir(this.dir, { recursive: true, mode: 0o700 }), fs.promises.mkdir(path.dirname(netnsPath), { recursive: true })]);
     // Bind mount targets must exist.
@@ -94,9 +82,17 @@ export class BoxNamespaces {
       const map = `0 ${idMap.hostId} ${idMap.size}\n`;
       await fs.promises.writeFile(`/proc/${pid}/uid_map`, map);
       await fs.promises.writeFile(`/proc/${pid}/gid_map`, map);
-      // Unmounting first replaces (not stacks on) what was there: a netns `ip netns add` made,
-      // or an earlier pair of this box.
-      await run(['sh', '-c', 'umount -l "$1" 2>/dev/null; umount -l "$2" 2>/dev/null; mount --bind "/proc/$3/ns/user" "$1" && mount --bind "/proc/$3/ns/net" "$2"', 'sh', userns, netnsPath, String(pid)]);
+      // What is mounted there already (a netns `ip netns add` made, an earlier pair of this box)
+      // is unmounted first, so the new one replaces it rather than stacking on it.
+      await Promise.all(
+        [
+          [`/proc/${pid}/ns/user`, userns],
+          [`/proc/${pid}/ns/net`, netnsPath],
+        ].map(async ([source, target]) => {
+          if (await isMountPoint(target)) await run(['umount', '-l', target], { allowFailure: true });
+          await run(['mount', '--bind', source, target]);
+        }),
+      );
     } finally {
       holder.stdin?.end();
       holder.kill('SIGKILL');
@@ -112,6 +108,12 @@ export class BoxNamespaces {
     if (fs.existsSync(userns)) await run(['umount', '-l', userns], { allowFailure: true });
     await Promise.all([fs.promises.rm(userns, { force: true }), fs.promises.rm(this.markerPath(containerId), { force: true })]);
   }
+}
+
+/** Whether something is mounted at `file` (its device is not its directory's). */
+async function isMountPoint(file: string): Promise<boolean> {
+  const [f, d] = await Promise.all([fs.promises.stat(file), fs.promises.stat(path.dirname(file))]);
+  return f.dev !== d.dev;
 }
 
 /** Makes `file` if missing (an nsfs file already there cannot be opened for writing). */
