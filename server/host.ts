@@ -101,7 +101,6 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
         drivers: opts.drivers,
       });
       closers.push(() => host.node!.close());
-      host.node.local.maxConcurrentExecs = config.execLimits.perNode;
     }
 
     if (opts.roles.includes('api')) {

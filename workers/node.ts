@@ -61,6 +61,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     const jobState = async (id: string) => ((await inspect.getJob(id)) ? String(await inspect.getJobState(id)) : 'missing');
     const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers }), jobState };
     const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage);
+    local.maxConcurrentExecs = config.execLimits.perNode;
 
     if (opts.role === 'node') await prepareHost(ctx);
     const worker = startWorker(ctx, opts.handlers, {
