@@ -1,9 +1,14 @@
 import type { Registry } from 'prom-client';
 import type { DomainContext } from '../domain/context';
 import type { ExecSlots } from '../domain/exec';
-import type { RequestLimiter } from './http/rateLimit';
 
 export type { Identity } from '../domain/context';
+
+/** Counts requests of one caller (`token:<id>` or `addr:<ip>`); over the limit it throws the
+ *  contract's 429 `rate_limited` with `Retry-After` (api/http/rateLimit.ts). */
+export interface RequestLimiter {
+  consume(key: string): Promise<void>;
+}
 
 /** What the api counts in Redis so that its limits hold across api processes. */
 export interface ApiLimits {

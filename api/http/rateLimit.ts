@@ -4,15 +4,10 @@ import { BurstyRateLimiter, RateLimiterMemory, RateLimiterRedis, RateLimiterRes 
 import { BoxhostError } from '../../core/errors';
 import type { Config } from '../../core/config';
 import { authenticate } from '../../domain/tokens';
-import type { ApiContext, Identity } from '../context';
+import type { ApiContext, RequestLimiter } from '../context';
+import type { Identity } from '../../domain/context';
 import type { RouteDef } from './route';
 import { bearer } from './route';
-
-/** Counts requests of one caller (`token:<id>` or `addr:<ip>`); over the limit it throws the
- *  contract's 429 `rate_limited` with `Retry-After`. */
-export interface RequestLimiter {
-  consume(key: string): Promise<void>;
-}
 
 /** 429 `rate_limited` with `Retry-After` in whole seconds (at least 1). */
 export const rateLimited = (message: string, retryAfterMs: number) =>

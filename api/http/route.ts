@@ -1,7 +1,8 @@
 import { isUtf8 } from 'node:buffer';
 import express, { NextFunction, Request, Response, Router } from 'express';
 import Joi from 'joi';
-import type { ApiContext, Identity } from '../context';
+import type { ApiContext } from '../context';
+import type { Identity } from '../../domain/context';
 import { authenticate } from '../../domain/tokens';
 import { forbidden, invalid, unauthenticated } from '../../core/errors';
 import { NotUnicodeError, StatusError } from './errorHandler';
