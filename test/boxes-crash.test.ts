@@ -1,82 +1,290 @@
-import t from 'tap';
-import { startTestHost } from './helpers/host';
-import { startWorkerProcess, killWorker } from './helpers/workerProcess';
-import { run, sleep } from '../core/command';
+import fs from 'node:fs';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import t, { type Test } from 'tap';
+import pino from 'pino';
 import { ConnectionOptions, Queue } from 'bullmq';
+import { CallResult, request, startTestHost, testDataDir, testSubnet } from './helpers/host';
+import { startWorkerProcess, killWorker, workerExit, WorkerProcess } from './helpers/workerProcess';
+import { boxObjects, BoxObjects, hostInventory, NOTHING, RUNNING } from './helpers/hostState';
+import { RoleProcess } from './helpers/cluster';
+import { cleanupHost } from './helpers/cleanup';
+import { makePgSchema, testDbKind } from './helpers/db';
+import { run, sleep } from '../core/command';
+import { loadConfig } from '../core/config';
+import { newBoxId } from '../core/ids';
 import { nodeQueueName } from '../jobs/queue';
 import { queuePrefix, redisOptions } from '../core/redis';
+import { boxesRepo } from '../db/repos/boxes';
+import { BoxSteps } from '../workers/boxSteps';
+import { createDrivers } from '../workers/setup';
 
-/** A worker killed in the middle of a create or a delete: after a restart the box converges,
- *  with exactly one of everything (or nothing, for a delete). */
-t.test('a worker killed mid-operation converges after restart', async (t) => {
+/**
+ * A worker killed at each step of a create, a fork and a delete (the test-only seam in
+ * workers/boxSteps.ts: BOXHOST_TEST_CRASH_AT names the step the worker process SIGKILLs itself
+ * at): the host holds exactly what the steps before made, and after a restart the box converges
+ * with exactly one of everything (a create or fork) or nothing at all (a delete).
+ */
+t.test('a worker killed at each step of create, fork and delete converges after restart', async (t) => {
   const host = await startTestHost(t, {}, { roles: ['api'] });
-  let worker = await startWorkerProcess(host);
+  const cfg = host.config;
+  let worker: WorkerProcess = await startWorkerProcess(host);
   t.teardown(() => killWorker(worker));
-  const P = '/v1/projects/crash/boxes';
-  const opStatus = async (id: string) => (await host.db('operations').where({ id }).first()).status as string;
-  const killWhenRunning = async (opId: string) => {
-    // Poll the db directly: the kill must land while the handler is between its steps.
-    for (let i = 0; i < 2000 && (await opStatus(opId)) === 'queued'; i++) await sleep(2);
-    await killWorker(worker);
-    return opStatus(opId);
+  const P = '/v1/projects';
+  const call = (method: string, p: string, body?: unknown) => host.call(method, p, { body });
+  const opRow = async (id: string) => host.db('operations').where({ id }).first();
+  const boxRow = async (project: string, name: string) => host.db('boxes').where({ project, name }).first();
+  const bridgePorts = async (project: string) => {
+    const p = await host.db('projects').where({ name: project }).first();
+    if (!p) return null;
+    const bridge = `bh${cfg.hostTag.slice(0, 4)}p${p.net_index}`;
+    if (!fs.existsSync(`/sys/class/net/${bridge}`)) return null;
+    return (JSON.parse((await run(['ip', '-j', 'link', 'show', 'master', bridge])).stdout || '[]') as unknown[]).length;
   };
-  const datasets = async (id: string) => (await run(['zfs', 'list', '-H', '-o', 'name', '-t', 'all'])).stdout.split('\n').filter((l) => l.includes(id));
-  const containers = async () => (await run(['runc', '--root', `${host.config.dataDir}/runc`, 'list', '-q'])).stdout;
-
-  for (let round = 0; round < 3; round++) {
-    const name = `c${round}`;
-    const accepted = await host.call('POST', P, { body: { name } });
-    t.equal(accepted.status, 202);
-    const opId = accepted.headers.get('operation-id')!;
-    const atKill = await killWhenRunning(opId);
-    t.comment(`round ${round}: operation was ${atKill} when the worker died`);
+  const restart = async () => {
+    await killWorker(worker);
     worker = await startWorkerProcess(host);
-    const done = await host.call('GET', `/v1/operations/${opId}/wait?timeout=90`);
-    t.equal(done.body.status, 'succeeded', `create ${name} converged`);
-    const box = (await host.call('GET', `${P}/${name}`)).body;
-    t.equal(box.status, 'running');
-    t.equal((await host.call('POST', `${P}/${name}/exec`, { body: { command: ['hostname'] } })).body.stdout, `${name}\n`);
-    t.equal((await datasets(box.id)).length, 1, 'one root dataset');
-    t.equal((await containers()).split('\n').filter((l) => l.includes(box.id)).length, 1, 'one container');
+  };
+
+  /** Sends `send` to a worker that dies at `point`; answers once it has died there. */
+  const dieAt = async (t: Test, point: string, send: () => Promise<CallResult>) => {
+    await killWorker(worker);
+    worker = await startWorkerProcess(host, { BOXHOST_TEST_CRASH_AT: point });
+    const accepted = await send();
+    t.equal(accepted.status, 202, `accepted: ${accepted.text}`);
+    const exit = await Promise.race([workerExit(worker), sleep(120_000).then(() => 'still alive after 120 s')]);
+    t.same(exit, { code: null, signal: 'SIGKILL' }, `the worker died at ${point}`);
+    return { opId: accepted.headers.get('operation-id')!, box: accepted.body };
+  };
+
+  /** After the restart: the operation succeeded and the box runs with one of everything. */
+  const converged = async (t: Test, opId: string, project: string, name: string, extra: Partial<BoxObjects> = {}) => {
+    await restart();
+    const done = (await call('GET', `/v1/operations/${opId}/wait?timeout=120`)).body;
+    t.equal(done?.status, 'succeeded', `the operation converged: ${JSON.stringify(done)}`);
+    const box = (await call('GET', `${P}/${project}/boxes/${name}`)).body;
+    t.equal(box.status, 'running', 'the box runs');
+    t.same(await boxObjects(cfg, box.id), { ...RUNNING, ...extra }, 'exactly one of everything');
+    t.equal((await call('POST', `${P}/${project}/boxes/${name}/exec`, { command: ['hostname'] })).body?.stdout, `${name}\n`, 'and answers an exec');
+    t.match(box.address, /^\d+\.\d+\.\d+\.\d+$/, 'with its address');
+    return box;
+  };
+
+  // Each point, and what the host holds when the worker dies there (a create from the base).
+  const createPoints: [string, Partial<BoxObjects>][] = [
+    ['createRoot', NOTHING],
+    ['createRoot:done', { ...NOTHING, root: 1, netns: 1, userns: 1 }],
+    ['start:done', RUNNING],
+  ];
+
+  t.test('create', async (t) => {
+    for (const [i, [point, expected]] of createPoints.entries()) {
+      const name = `c${i}`;
+      const { opId, box } = await dieAt(t, point, () => call('POST', `${P}/crash/boxes`, { name }));
+      t.equal((await opRow(opId)).status, 'running', `${point}: the operation was running`);
+      t.equal((await boxRow('crash', name)).status, 'creating', `${point}: the box was creating`);
+      t.same(await boxObjects(cfg, box.id), expected, `${point}: the host held what the steps before it made`);
+      await converged(t, opId, 'crash', name);
+    }
+    const boxes = (await call('GET', `${P}/crash/boxes`)).body.boxes;
+    t.equal(await bridgePorts('crash'), boxes.length, 'one bridge port per box of the project');
+    t.equal(new Set(boxes.map((b: any) => b.address)).size, boxes.length, 'each its own address');
+    t.equal((await hostInventory(cfg)).leases.length, boxes.length, 'and no lease more');
+  });
+
+  t.test('fork', async (t) => {
+    t.equal((await call('POST', `${P}/crash/boxes?wait=120`, { name: 'src' })).body.status, 'running');
+    await call('POST', `${P}/crash/boxes/src/exec`, { command: ['sh', '-c', 'echo from-src > /root/f'] });
+    const src = (await call('GET', `${P}/crash/boxes/src`)).body;
+    for (const [i, [point, expected]] of createPoints.entries()) {
+      const name = `f${i}`;
+      const { opId, box } = await dieAt(t, point, () => call('POST', `${P}/crash/boxes`, { name, fork: 'src' }));
+      t.equal((await boxRow('crash', name)).status, 'creating', `${point}: the fork was creating`);
+      // The fork snapshot on the source comes with the clone.
+      t.same(await boxObjects(cfg, box.id), { ...expected, forkSnapshots: point === 'createRoot' ? 0 : 1 }, `${point}: the host held what the steps before it made`);
+      await converged(t, opId, 'crash', name, { forkSnapshots: 1 });
+      t.equal((await call('POST', `${P}/crash/boxes/${name}/exec`, { command: ['cat', '/root/f'] })).body.stdout, 'from-src\n', "the fork holds its source's files");
+    }
+    // It keeps one `_fork-<id>` snapshot per fork made from it (what each fork's root is a clone of).
+    t.same(await boxObjects(cfg, src.id), { ...RUNNING, snapshots: createPoints.length }, 'the source is untouched: running, one snapshot per fork');
+  });
+
+  t.test('delete', async (t) => {
+    const points: [string, Partial<BoxObjects>][] = [
+      ['destroy', RUNNING],
+      ['destroy:container', { ...NOTHING, root: 1, netns: 1, leases: 1, portChains: 1, portEntries: 1 }],
+      ['destroy:network', { ...NOTHING, root: 1 }],
+      ['destroy:done', NOTHING],
+    ];
+    for (const [i, [point, expected]] of points.entries()) {
+      // Each in a project of its own: the project's bridge goes with its last box.
+      const project = `crashd${i}`;
+      const made = await call('POST', `${P}/${project}/boxes?wait=120`, { name: 'd' });
+      t.equal(made.body.status, 'running', made.text);
+      t.equal(await bridgePorts(project), 1, `${project} has its bridge`);
+      const { opId } = await dieAt(t, point, () => call('DELETE', `${P}/${project}/boxes/d`));
+      t.equal((await opRow(opId)).status, 'running', `${point}: the operation was running`);
+      t.equal((await boxRow(project, 'd')).status, 'deleting', `${point}: the box was deleting`);
+      t.same(await boxObjects(cfg, made.body.id), expected, `${point}: the host held what the steps before it left`);
+      if (point === 'destroy:network' || point === 'destroy:done') t.equal(await bridgePorts(project), null, `${point}: the bridge is gone`);
+      await restart();
+      const done = (await call('GET', `/v1/operations/${opId}/wait?timeout=120`)).body;
+      t.equal(done?.status, 'succeeded', `${point}: the delete converged: ${JSON.stringify(done)}`);
+      t.equal((await call('GET', `${P}/${project}/boxes/d`)).status, 404, 'the box is gone');
+      t.same(await boxObjects(cfg, made.body.id), NOTHING, 'nothing of it is left on the host');
+      t.equal(await bridgePorts(project), null, 'nor its project bridge');
+    }
+  });
+
+  t.test('an operation whose job Redis lost fails at the next worker start', async (t) => {
+    // Instead of holding its box in `creating` forever; the half-made box is failed, and can be deleted.
+    const { opId: lostOp, box } = await dieAt(t, 'createRoot:done', () => call('POST', `${P}/crash/boxes`, { name: 'lost' }));
+    const queue = new Queue(nodeQueueName(cfg.nodeId), { connection: redisOptions(cfg) as ConnectionOptions, prefix: queuePrefix(cfg) });
+    t.teardown(() => queue.close());
+    // The dead worker's lock must lapse before the job can be removed.
+    for (let i = 0; i < 100 && (await queue.getJob(lostOp)); i++) {
+      await queue.remove(lostOp).catch(() => 0);
+      await sleep(200);
+    }
+    t.notOk(await queue.getJob(lostOp), 'the job is gone from Redis');
+    await restart();
+    const lostDone = await call('GET', `/v1/operations/${lostOp}`);
+    t.equal(lostDone.body.status, 'failed');
+    t.match(lostDone.body.error, /lost/);
+    const lostBox = (await call('GET', `${P}/crash/boxes/lost`)).body;
+    t.equal(lostBox.status, 'failed');
+    t.match(lostBox.error, /interrupted/);
+    t.equal((await call('DELETE', `${P}/crash/boxes/lost?wait=60`)).status, 204, 'a failed box can be deleted');
+    t.same(await boxObjects(cfg, box.id), NOTHING, 'nothing of it left');
+  });
+
+  t.test('a box marked running whose container vanished behind the host is started again', async (t) => {
+    const c1 = (await call('GET', `${P}/crash/boxes/c1`)).body;
+    await killWorker(worker);
+    await run(['runc', '--root', `${cfg.dataDir}/runc`, 'delete', '--force', `bh${cfg.hostTag}-${c1.id}`]);
+    t.equal((await boxObjects(cfg, c1.id)).containers, 0, 'control: the container is gone');
+    worker = await startWorkerProcess(host);
+    t.equal((await call('POST', `${P}/crash/boxes/c1/exec`, { command: ['echo', 'back'] })).body.stdout, 'back\n', 'reconciled: running again');
+    t.same(await boxObjects(cfg, c1.id), RUNNING, 'with one of everything');
+  });
+
+  t.test('reconciliation removes a container, netns and dataset made behind the api', async (t) => {
+    await killWorker(worker);
+    // Made with the node's own steps, in this process, for boxes the db has never heard of: one
+    // started (container, network, root), one only made (root, netns, user namespace).
+    const drivers = createDrivers(cfg, pino({ level: 'silent' }));
+    const steps = new BoxSteps({ db: host.db, ...drivers });
+    const like = (await boxesRepo.get(host.db, 'crash', 'c0'))!;
+    const [baseName, baseVersion] = like.base!.split('@');
+    const full = { ...like, id: newBoxId(), name: 'ghost-full', address: null };
+    const half = { ...like, id: newBoxId(), name: 'ghost-half', address: null };
+    for (const b of [full, half]) await steps.createRoot(b, { kind: 'base', base: { name: baseName, version: baseVersion } });
+    await steps.start(full);
+    t.same(await boxObjects(cfg, full.id), RUNNING, 'control: an orphan that runs, with one of everything');
+    t.same(await boxObjects(cfg, half.id), { ...NOTHING, root: 1, netns: 1, userns: 1 }, 'control: an orphan root and netns');
+    t.notOk(await host.db('boxes').whereIn('id', [full.id, half.id]).first(), 'no row for either');
+    const ports = await bridgePorts('crash');
+
+    worker = await startWorkerProcess(host);
+    t.same(await boxObjects(cfg, full.id), NOTHING, 'the running orphan is gone: container, network, root');
+    t.same(await boxObjects(cfg, half.id), NOTHING, 'the half-made one too');
+    t.equal(await bridgePorts('crash'), ports! - 1, "the orphan's port left the project bridge; the others stay");
+    const report = worker.output
+      .split('\n')
+      .filter((l) => l.includes('reconciled host state'))
+      .map((l) => JSON.parse(l))
+      .pop();
+    t.ok(report, 'reconciliation reported what it did');
+    t.same(report?.orphanContainers, [full.id], 'the orphan container, named');
+    t.same([...(report?.orphanRoots ?? [])].sort(), [full.id, half.id].sort(), 'the orphan roots, named');
+    t.same([...(report?.orphanNetworks ?? [])].sort(), [full.id, half.id].sort(), 'the orphan netns, named');
+    t.equal((await call('POST', `${P}/crash/boxes/c0/exec`, { command: ['true'] })).body.exit_code, 0, 'the real boxes are untouched');
+  });
+
+  t.test("a worker restart (killed or stopped) leaves running boxes' processes as they were", async (t) => {
+    const c0 = (await call('GET', `${P}/crash/boxes/c0`)).body;
+    const pid1 = async () => JSON.parse((await run(['runc', '--root', `${cfg.dataDir}/runc`, 'state', `bh${cfg.hostTag}-${c0.id}`])).stdout).pid as number;
+    const bg = await call('POST', `${P}/crash/boxes/c0/exec`, { command: ['sleep', '100000'], no_hup: true });
+    t.ok(bg.body.process > 0, 'a long-lived process in the box');
+    const before = { pid1: await pid1(), bg: bg.body.process };
+    for (const how of ['SIGKILL', 'SIGTERM'] as const) {
+      const gone = workerExit(worker);
+      worker.kill(how);
+      t.match(await gone, how === 'SIGKILL' ? { signal: 'SIGKILL' } : { code: 0 }, `the worker ended (${how})`);
+      worker = await startWorkerProcess(host);
+      t.equal(await pid1(), before.pid1, `${how}: the container's PID 1 is the same process`);
+      t.ok(fs.existsSync(`/proc/${before.bg}`), `${how}: the exec'd process lives on`);
+      t.equal(fs.readFileSync(`/proc/${before.bg}/cmdline`, 'utf8'), 'sleep\x00100000\x00', `${how}: and is the same one`);
+      t.equal((await call('GET', `${P}/crash/boxes/c0`)).body.status, 'running');
+    }
+    process.kill(before.bg, 'SIGKILL');
+  });
+});
+
+/**
+ * The whole host in one process (`npm start`: api + node + its embedded redis-server with an
+ * append-only file) killed with SIGKILL together with its redis-server while operations are
+ * queued and running: started again on the same data dir, every operation ends, as asked.
+ */
+t.test('kill -9 of the whole host (api, node, embedded Redis) loses no operation', async (t) => {
+  const pg = testDbKind() === 'postgres' ? await makePgSchema() : null;
+  if (pg) t.teardown(() => pg.drop());
+  const token = `admin-${crypto.randomBytes(16).toString('hex')}`;
+  const dataDir = testDataDir();
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    BOXHOST_DATA_DIR: dataDir,
+    BOXHOST_PORT: '0',
+    BOXHOST_HOST: '127.0.0.1',
+    BOXHOST_BOX_SUBNET: testSubnet(),
+    BOXHOST_POOL_SIZE_GB: '8',
+    BOXHOST_STORAGE_OVERCOMMIT: '100',
+    BOXHOST_ADMIN_TOKEN: token,
+    LOG_LEVEL: 'info',
+    ...(pg ? { DATABASE_URL: pg.url } : {}),
+  };
+  delete env.BOXHOST_TEST_CRASH_AT;
+  const config = loadConfig(env, { readDotenv: false });
+  t.teardown(() => cleanupHost(config));
+  let proc = new RoleProcess('host', env).start();
+  t.teardown(() => proc.kill('SIGTERM'));
+  const url = async () => (await proc.waitFor(/"url":"(http:\/\/[^"]+)","msg":"api listening"/, 180_000))[1];
+  let base = await url();
+  const call = (method: string, p: string, body?: unknown) => request(base, method, p, token, { body });
+  const P = '/v1/projects/whole/boxes';
+
+  t.equal((await call('POST', `${P}?wait=120`, { name: 'a0' })).body?.status, 'running', 'a box to stop and resume');
+  const ops: { what: string; id: string }[] = [];
+  const queue = async (what: string, method: string, p: string, body?: unknown) => {
+    const r = await call(method, p, body);
+    t.equal(r.status, 202, `${what} accepted: ${r.text}`);
+    ops.push({ what, id: r.headers.get('operation-id')! });
+  };
+  for (const n of ['k0', 'k1', 'k2', 'k3']) await queue(`create ${n}`, 'POST', P, { name: n });
+  await queue('stop a0', 'POST', `${P}/a0/stop`);
+  await queue('resume a0', 'POST', `${P}/a0/resume`);
+  await queue('fork a0', 'POST', P, { name: 'a0-fork', fork: 'a0' });
+
+  // The process and its redis-server child, both at once, with whatever is queued or running.
+  const redisPid = Number((await run(['pgrep', '-P', String(proc.child.pid), 'redis-server'])).stdout.trim().split('\n')[0]);
+  t.ok(redisPid > 0, `the embedded redis-server is the host's child (${redisPid})`);
+  const states = await Promise.all(ops.map(async (o) => (await call('GET', `/v1/operations/${o.id}`)).body.status));
+  t.comment(`at the kill: ${ops.map((o, i) => `${o.what} ${states[i]}`).join(', ')}`);
+  process.kill(redisPid, 'SIGKILL');
+  await proc.kill('SIGKILL');
+  for (let i = 0; i < 100 && fs.existsSync(`/proc/${redisPid}`); i++) await sleep(50);
+  t.notOk(fs.existsSync(`/proc/${redisPid}`), 'redis-server is gone too');
+  const aof = path.join(dataDir, 'redis');
+  t.ok(fs.readdirSync(aof).some((f) => /appendonly/.test(f)), 'its append-only file is on disk');
+
+  proc = new RoleProcess('host', env).start();
+  base = await url();
+  for (const o of ops) {
+    const done = (await call('GET', `/v1/operations/${o.id}/wait?timeout=180`)).body;
+    t.equal(done?.status, 'succeeded', `${o.what}: ended, succeeded (${JSON.stringify(done)})`);
   }
-
-  const box = (await host.call('GET', `${P}/c0`)).body;
-  const del = await host.call('DELETE', `${P}/c0`);
-  await killWhenRunning(del.headers.get('operation-id')!);
-  worker = await startWorkerProcess(host);
-  const done = await host.call('GET', `/v1/operations/${del.headers.get('operation-id')}/wait?timeout=90`);
-  t.equal(done.body.status, 'succeeded', 'delete converged');
-  t.equal((await host.call('GET', `${P}/c0`)).status, 404);
-  t.same(await datasets(box.id), [], 'no dataset left');
-  t.notOk((await containers()).includes(box.id), 'no container left');
-
-  // An operation whose job Redis lost fails at the next worker start instead of holding its
-  // box in `creating` forever; the half-made box is failed, and can be deleted.
-  const lost = await host.call('POST', P, { body: { name: 'lost' } });
-  const lostOp = lost.headers.get('operation-id')!;
-  await killWhenRunning(lostOp);
-  const queue = new Queue(nodeQueueName(host.config.nodeId), { connection: redisOptions(host.config) as ConnectionOptions, prefix: queuePrefix(host.config) });
-  t.teardown(() => queue.close());
-  // The dead worker's lock must lapse before the job can be removed.
-  for (let i = 0; i < 50 && (await queue.getJob(lostOp)); i++) {
-    await queue.remove(lostOp).catch(() => 0);
-    await sleep(200);
-  }
-  t.notOk(await queue.getJob(lostOp), 'the job is gone from Redis');
-  worker = await startWorkerProcess(host);
-  const lostDone = await host.call('GET', `/v1/operations/${lostOp}`);
-  t.equal(lostDone.body.status, 'failed');
-  t.match(lostDone.body.error, /lost/);
-  const lostBox = (await host.call('GET', `${P}/lost`)).body;
-  t.equal(lostBox.status, 'failed');
-  t.match(lostBox.error, /interrupted/);
-  t.equal((await host.call('DELETE', `${P}/lost?wait=60`)).status, 204, 'a failed box can be deleted');
-  t.same(await datasets(lostBox.id), [], 'nothing of it left');
-
-  // A box marked running whose container vanished behind the host's back is started again.
-  const c1 = (await host.call('GET', `${P}/c1`)).body;
-  await killWorker(worker);
-  await run(['runc', '--root', `${host.config.dataDir}/runc`, 'delete', '--force', (await containers()).split('\n').find((l) => l.includes(c1.id))!]);
-  worker = await startWorkerProcess(host);
-  t.equal((await host.call('POST', `${P}/c1/exec`, { body: { command: ['echo', 'back'] } })).body.stdout, 'back\n', 'reconciled: running again');
+  const boxes = (await call('GET', P)).body.boxes.map((b: any) => [b.name, b.status]);
+  t.same(boxes, [['a0', 'running'], ['a0-fork', 'running'], ['k0', 'running'], ['k1', 'running'], ['k2', 'running'], ['k3', 'running']], 'every box as its operations left it');
+  for (const n of ['a0-fork', 'k3']) t.equal((await call('POST', `${P}/${n}/exec`, { command: ['hostname'] })).body?.stdout, `${n}\n`);
+  for (const b of ['a0-fork', 'a0', 'k0', 'k1', 'k2', 'k3']) t.equal((await call('DELETE', `${P}/${b}?wait=120`)).status, 204, `${b} deleted`);
 });

@@ -9,6 +9,9 @@ import type { Db } from '../db/knex';
 /** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
 export const MAX_GRACE_SECONDS = 300;
 
+/** Test-only seam (test/boxes-crash.test.ts): the process dies at the step point BOXHOST_TEST_CRASH_AT names; unset, nothing. */
+const crashPoint = (point: string) => void (process.env.BOXHOST_TEST_CRASH_AT === point && process.kill(process.pid, 'SIGKILL'));
+
 export interface BoxStepsDeps {
   db: Db;
   /** The ZFS driver also readies roots made before user namespaces (the mock needs not). */
@@ -35,6 +38,7 @@ export class BoxSteps implements BoxHost {
   /** The root (in the project's id range) and the netns (in the box's user namespace) do not
    *  depend on each other: made side by side. */
   async createRoot(box: BoxRecord, source: RootSource): Promise<void> {
+    crashPoint('createRoot');
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
     await Promise.all([
@@ -46,6 +50,7 @@ export class BoxSteps implements BoxHost {
         await this.d.network.prepare(box.id); // there now: only makes sure
       })(),
     ]);
+    crashPoint('createRoot:done');
   }
 
   /**
@@ -77,6 +82,7 @@ export class BoxSteps implements BoxHost {
     })();
     const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net)]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
+    crashPoint('start:done');
   }
 
   /**
@@ -100,12 +106,16 @@ export class BoxSteps implements BoxHost {
 
   /** Removes the box's objects; the project's bridge and rules go with its last box here. */
   async destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void> {
+    crashPoint('destroy');
     await this.d.runtime.remove(box.id);
+    crashPoint('destroy:container');
     const p = await projectsRepo.get(this.d.db, box.project);
     if (p) {
       await this.d.network.detach(box.id, { index: p.net_index });
       await this.d.network.releaseProject({ index: p.net_index });
     }
+    crashPoint('destroy:network');
     await this.d.storage.destroyBoxRoot(box.id);
+    crashPoint('destroy:done');
   }
 }

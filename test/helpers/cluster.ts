@@ -3,15 +3,15 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import knex from 'knex';
 import type { Test } from 'tap';
 import { loadConfig } from '../../core/config';
 import { run, sleep } from '../../core/command';
 import { randomId } from '../../core/ids';
 import { cleanupHost } from './cleanup';
+import { makePgSchema, PG } from './db';
 import { testDataDir, testSubnet } from './host';
 
-export const PG = process.env.BOXHOST_TEST_PG ?? 'postgres://root@127.0.0.1:5432/test';
+export { PG };
 export const REDIS = process.env.BOXHOST_TEST_REDIS ?? 'redis://127.0.0.1:6379';
 const NOBODY = '65534';
 const repoRoot = path.resolve(__dirname, '..', '..', '..');
@@ -26,23 +26,19 @@ export const freePort = () =>
 
 /** A schema of its own in the shared PostgreSQL, dropped with the test: its DATABASE_URL. */
 export async function pgSchema(t: Test): Promise<string> {
-  const schema = `bh_test_${randomId(8)}`;
-  const admin = knex({ client: 'pg', connection: PG });
-  await admin.raw(`create schema ${schema}`);
-  t.teardown(async () => {
-    await admin.raw(`drop schema ${schema} cascade`);
-    await admin.destroy();
-  });
-  return `${PG}?options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+  const s = await makePgSchema();
+  t.teardown(() => s.drop());
+  return s.url;
 }
 
-/** One process of the cluster (`node dist/server/main.js <role>`), its output kept. */
+/** One process of the cluster (`node dist/server/main.js <role>`; `host`: no role, api and node
+ *  in one process as `npm start` runs them), its output kept. */
 export class RoleProcess {
   child!: ChildProcess;
   output = '';
 
   constructor(
-    readonly role: 'api' | 'node' | 'worker',
+    readonly role: 'api' | 'node' | 'worker' | 'host',
     readonly env: Record<string, string>,
     private readonly argv0: string[] = [],
     private readonly cwd = repoRoot,
@@ -51,7 +47,8 @@ export class RoleProcess {
   start(): this {
     const main = path.join(this.cwd, 'dist', 'server', 'main.js');
     const [cmd, ...pre] = this.argv0.length ? this.argv0 : [process.execPath];
-    const args = this.argv0.length ? [...pre, 'node', main, this.role] : [main, this.role];
+    const roleArg = this.role === 'host' ? [] : [this.role];
+    const args = this.argv0.length ? [...pre, 'node', main, ...roleArg] : [main, ...roleArg];
     this.output = '';
     this.child = spawn(cmd, args, { env: this.env, cwd: this.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
     const keep = (b: Buffer) => {

@@ -8,6 +8,7 @@ import type { Test } from 'tap';
 import { loadConfig, Config } from '../../core/config';
 import { startHost, Host, HostOptions } from '../../server/host';
 import { cleanupHost } from './cleanup';
+import { makePgSchema, PgSchema, testDbKind } from './db';
 
 export interface TestHost extends Host {
   url: string;
@@ -81,8 +82,17 @@ export async function request(baseUrl: string, method: string, p: string, token:
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
 
-/** A real host (api + worker unless told otherwise) on a temp data dir, torn down with the test. */
+/**
+ * A real host (api + worker unless told otherwise) on a temp data dir, torn down with the test.
+ * Its database is the sqlite file in the data dir, or with `BOXHOST_TEST_DB=postgres` a fresh
+ * schema of the test PostgreSQL (dropped with the host), unless `env` names a DATABASE_URL.
+ */
 export async function startTestHost(t: Test, env: Record<string, string> = {}, opts: Partial<HostOptions> = {}): Promise<TestHost> {
+  let schema: PgSchema | undefined;
+  if (testDbKind() === 'postgres' && env.DATABASE_URL === undefined) {
+    schema = await makePgSchema();
+    env = { ...env, DATABASE_URL: schema.url };
+  }
   const config = testConfig(env);
   const logs: any[] = [];
   const sink = new Writable({
@@ -92,10 +102,19 @@ export async function startTestHost(t: Test, env: Record<string, string> = {}, o
     },
   });
   const log = pino({ level: 'info' }, sink);
-  const host = await startHost(config, { roles: ['api', 'node'], log, ...opts });
-  t.teardown(async () => {
-    await host.close();
+  let host: Host;
+  try {
+    host = await startHost(config, { roles: ['api', 'node'], log, ...opts });
+  } catch (e) {
     await cleanupHost(config);
+    await schema?.drop().catch(() => undefined);
+    throw e;
+  }
+  // Each step runs whatever the one before did: a teardown that throws would skip the rest.
+  t.teardown(async () => {
+    await host.close().catch((e) => process.stderr.write(`# closing the test host ${config.dataDir} failed: ${(e as Error).message}\n`));
+    await cleanupHost(config);
+    await schema?.drop().catch((e) => process.stderr.write(`# cleanup: dropping schema ${schema!.schema} failed: ${(e as Error).message}\n`));
   });
   const th = host as TestHost;
   th.logs = logs;
