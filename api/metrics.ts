@@ -47,6 +47,21 @@ export function createMetrics(queue: OperationQueue, nodes: NodeDirectory) {
       }
     },
   });
+  new client.Gauge({
+    name: 'boxhost_node_storage_restarts',
+    help: "Times each node's storage watchdog restarted its storage (docs/decisions.md \"Storage watchdog\")",
+    labelNames: ['node'],
+    registers: [registry],
+    async collect() {
+      try {
+        const list = await nodes.list({ committed: false });
+        this.reset();
+        for (const n of list) this.set({ node: n.id }, n.storage_restarts);
+      } catch {
+        // see above
+      }
+    },
+  });
   const middleware: RequestHandler = (req, res, next) => {
     const end = httpDuration.startTimer();
     res.on('finish', () => {

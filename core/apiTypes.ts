@@ -177,8 +177,12 @@ export interface Node {
   reason: string | null;
   agent_url: string | null;
   version: string;
-  /** "ok", or why its storage failed its last check. */
+  /** "ok", or why its storage failed its last check ("error: recovering: …" while the storage
+   *  watchdog brings it back). */
   storage: string;
+  /** Times the node's storage watchdog restarted its storage, and when it last did. */
+  storage_restarts: number;
+  storage_restarted_at: string | null;
   started_at: string;
   heartbeat_at: string | null;
   capacity: ResourceCounts;

@@ -180,6 +180,8 @@ export class NodeDirectory {
       agent_url: r.agent_url,
       version: r.version,
       storage: r.storage,
+      storage_restarts: Number(r.storage_restarts ?? 0),
+      storage_restarted_at: r.storage_restarted_at ?? null,
       started_at: r.started_at,
       heartbeat_at: r.heartbeat_at,
       capacity: { cpus: r.cpus, ram_mb: r.ram_mb, disk_gb: r.disk_gb },

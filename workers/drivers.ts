@@ -18,6 +18,18 @@ export interface DriverLogger {
   warn(obj: object, msg?: string): void;
 }
 
+/**
+ * One bounded look at the storage (the storage watchdog's): `ok`; `dead` when what serves it is
+ * gone (its daemon died, its pool is no longer imported, its mounts answer "not connected");
+ * `hung` when it gave no answer in time; `error` for a pool that answers but is not usable
+ * (FAULTED), which a restart would not mend.
+ */
+export interface StorageProbe {
+  state: 'ok' | 'dead' | 'hung' | 'error';
+  /** What was seen, for logs and the node's admin view (never for project tokens). */
+  detail: string;
+}
+
 export interface StorageDriver {
   /** Makes sure the pool exists (a loop-file pool in the data dir when none is configured),
    *  and the layout datasets under it. */
@@ -26,6 +38,17 @@ export interface StorageDriver {
   health(): Promise<void>;
   /** Bytes the pool can hold for boxes (used + available). */
   capacityBytes(): Promise<number>;
+  /** Never throws, never takes (much) longer than `timeoutMs`. */
+  probe(timeoutMs: number): Promise<StorageProbe>;
+  /** Whether `restart` can bring a dead or hung storage back (a daemon this host runs). */
+  readonly restartable: boolean;
+  /**
+   * Brings the storage back after `probe` found it dead or hung: the daemon killed for good and
+   * started again, the pool imported, its datasets mounted. Box roots come back mounted but not
+   * yet nosuid,nodev: `prepareBoxRoot` makes them so at the box's next start, which is what a
+   * box whose root went away needs anyway (its container was cut off from the old mount).
+   */
+  restart(): Promise<void>;
 
   hasBase(base: BaseRef): Promise<boolean>;
   /** Creates a base dataset, lets `fill` write the root filesystem into the mounted directory,

@@ -15,6 +15,8 @@ import { startWorker, WorkerOptions } from './worker';
 import { LocalNode } from './agent/localNode';
 import { Agent, startAgent } from './agent/server';
 import { describeNode, Heartbeat, startHeartbeat } from './heartbeat';
+import { startStorageWatchdog, StorageWatchdog } from './storageWatchdog';
+import { recoverStorage } from './storageRecovery';
 
 export interface NodeOptions {
   config: Config;
@@ -36,6 +38,8 @@ export interface RunningNode {
   local: LocalNode;
   worker: Worker;
   agent?: Agent;
+  /** The `node` role's storage watchdog (absent with BOXHOST_STORAGE_WATCHDOG_SECS=0). */
+  watchdog?: StorageWatchdog;
   close(): Promise<void>;
 }
 
@@ -103,7 +107,20 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
       const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log);
       closers.push(() => heartbeat.stop());
     }
-    return { ctx, local, worker, agent, close };
+    // One watchdog per machine's node: a `worker` process beside it leaves the storage to it.
+    let watchdog: StorageWatchdog | undefined;
+    if (opts.role === 'node' && config.storageWatchdog.intervalMs > 0) {
+      watchdog = startStorageWatchdog({
+        storage: drivers.storage,
+        log,
+        intervalMs: config.storageWatchdog.intervalMs,
+        hangMs: config.storageWatchdog.hangMs,
+        recover: async (why) => void (await recoverStorage(ctx, worker, local, why)),
+      });
+      // Stopped first on close: no recovery may start on a node that is going away.
+      closers.push(() => watchdog!.stop());
+    }
+    return { ctx, local, worker, agent, watchdog, close };
   } catch (e) {
     await close();
     throw e;

@@ -15,6 +15,7 @@ const showNode = (n: Node) =>
     ['status', n.status],
     ['reason', n.reason ?? undefined],
     ['storage', n.storage],
+    ['storage restarts', n.storage_restarts ? `${n.storage_restarts} (last ${formatTime(n.storage_restarted_at)})` : '0'],
     ['agent', n.agent_url ?? '(in-process only)'],
     ['version', n.version],
     ['cpus', `${n.committed.cpus} of ${n.capacity.cpus} committed`],

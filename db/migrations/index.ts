@@ -3,6 +3,7 @@ import * as m001 from './001_backbone';
 import * as m002 from './002_boxes';
 import * as m003 from './003_nodes';
 import * as m004 from './004_admission';
+import * as m005 from './005_storage_watchdog';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -11,6 +12,7 @@ const all: Record<string, Migration> = {
   '002_boxes': m002,
   '003_nodes': m003,
   '004_admission': m004,
+  '005_storage_watchdog': m005,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -21,6 +21,9 @@ export interface NodeRow {
   started_at: string;
   heartbeat_at: string | null;
   storage: string;
+  /** Times this node's storage watchdog restarted its storage, and when it last did. */
+  storage_restarts: number;
+  storage_restarted_at: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -50,6 +53,9 @@ export const nodesRepo = {
   heartbeat: (db: Db, id: string, storage: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: now(), storage }),
   /** A node that stops cleanly says so at once, instead of letting its heartbeat age. */
   signOff: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: null, updated_at: now() }),
+  /** The storage watchdog brought the node's storage back once more. */
+  storageRestarted: (db: Db, id: string) =>
+    db<NodeRow>('nodes').where({ id }).update({ storage_restarts: db.raw('storage_restarts + 1') as unknown as number, storage_restarted_at: now() }),
   setState: (db: Db, id: string, state: NodeState) => db<NodeRow>('nodes').where({ id }).update({ state, updated_at: now() }),
   remove: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).delete(),
   /** Committed resources per node id, read from the box rows. */

@@ -67,6 +67,9 @@ export class LocalNode implements NodeClient {
     return this.storage.listBoxSnapshots(boxId);
   }
 
+  /** Set by the storage watchdog while it brings the storage back (why it had to). */
+  storageRecovering: string | null = null;
+
   private healthCheck?: Promise<string>;
   private healthStarted = 0;
 
@@ -76,6 +79,7 @@ export class LocalNode implements NodeClient {
    * commands.
    */
   async storageHealth(): Promise<string> {
+    if (this.storageRecovering) return `error: recovering: ${this.storageRecovering}`;
     if (this.healthCheck) return `error: no answer (a check has been waiting for ${Math.round((Date.now() - this.healthStarted) / 1000)} s)`;
     this.healthStarted = Date.now();
     const check = this.storage.health().then(

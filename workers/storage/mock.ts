@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { BaseRef, IdMap, RootSource, StorageDriver } from '../drivers';
+import type { BaseRef, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
 import { StorageInUseError } from './zfs';
 import { WithFaults } from '../mockFaults';
 
@@ -53,6 +53,22 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   async health(): Promise<void> {
     this.fault('health');
     if (this.failHealth !== undefined) throw new Error(this.failHealth);
+  }
+
+  /** What `probe` answers until `restart` (a storage that died or hung: `dead`, `hung`). */
+  probeState: StorageProbe['state'] = 'ok';
+  restartable = true;
+  /** How many times `restart` ran. */
+  restarts = 0;
+
+  async probe(): Promise<StorageProbe> {
+    return { state: this.probeState, detail: `mock storage ${this.probeState}` };
+  }
+
+  async restart(): Promise<void> {
+    this.fault('restart');
+    this.restarts++;
+    this.probeState = 'ok';
   }
 
   async capacityBytes(): Promise<number> {

@@ -26,8 +26,11 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep, type RunResult } from '../../core/command';
+import { settleWithin } from '../../core/timeout';
 import { shiftTree } from '../bases/idShift';
-import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver } from '../drivers';
+import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
+import { fuseMountsOf, isPrivateMount, mountedUnder, mountFlags, processAlive, removeEmptyDirs } from './hostFs';
+import { isDaemonDown, ZFS_FUSE, ZfsFuseDaemon } from './zfsFuse';
 
 export interface ZfsStorageOptions {
   dataDir: string;
@@ -54,8 +57,6 @@ export class StorageInUseError extends Error {
   }
 }
 
-const ZFS_FUSE = '/usr/sbin/zfs-fuse';
-const ZFS_FUSE_PIDFILE = '/var/run/zfs-fuse.pid';
 // zfs-fuse can hang when its daemon wedges; a bounded wait turns that into an error.
 const CMD_TIMEOUT_MS = 120_000;
 // "dataset is busy" right after use clears within ~10-30 ms here; 12 tries cover ~6 s.
@@ -78,8 +79,6 @@ const noop = () => {};
 const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
 const isBusy = (text: string) => /is busy|device busy/i.test(text);
 const isExists = (text: string) => /already exists/i.test(text);
-const isDaemonDown = (text: string) =>
-  /failed to initialize ZFS library|zfs-fuse daemon|modules are not loaded|\/dev\/zfs/i.test(text);
 
 function checkComponent(what: string, value: string): void {
   if (!COMPONENT.test(value)) throw new Error(`invalid ${what} ${JSON.stringify(value)} for a ZFS dataset name`);
@@ -113,6 +112,7 @@ export class ZfsStorage implements StorageDriver {
   private readonly zpoolBin = binary('zpool');
   /** Shifted base copies known to be complete: a box create then costs one `zfs clone`. */
   private readonly shiftedMade = new Set<string>();
+  private readonly daemon: ZfsFuseDaemon;
 
   constructor(private readonly opts: ZfsStorageOptions) {
     const dataDir = path.resolve(opts.dataDir);
@@ -121,6 +121,7 @@ export class ZfsStorage implements StorageDriver {
     this.defaultMount = path.join(this.zfsDir, 'mnt');
     this.mountRoot = this.defaultMount;
     this.log = opts.logger ?? { debug: noop, info: noop, warn: noop };
+    this.daemon = new ZfsFuseDaemon(this.log);
     if (opts.pool) {
       if (!/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/.test(opts.pool)) throw new Error(`invalid ZFS pool ${JSON.stringify(opts.pool)}`);
       this.pool = opts.pool.split('/')[0];
@@ -171,6 +172,71 @@ export class ZfsStorage implements StorageDriver {
           `but its filesystem has only ${bytes(free)} free: free space there or move the data dir`,
       );
     }
+  }
+
+  /** zfs-fuse serves the pool (installed, and no kernel module's /dev/zfs). */
+  get restartable(): boolean {
+    return this.daemon.installed && !fs.existsSync('/dev/zfs');
+  }
+
+  /**
+   * The watchdog's look: the pool's health from the daemon and a statfs of the mounted root,
+   * side by side, each in a child process killed at the deadline (a statfs of a wedged FUSE
+   * mount would otherwise hold one of Node's own threads for good).
+   */
+  async probe(timeoutMs: number): Promise<StorageProbe> {
+    if (this.restartable && this.daemon.pid() === null) return { state: 'dead', detail: 'the zfs-fuse daemon is not running' };
+    const deadline = { allowFailure: true, timeoutMs };
+    const t0 = Date.now();
+    const late = () => Date.now() - t0 >= timeoutMs - 50;
+    // A child stuck in a FUSE request the daemon took but never answers cannot even be killed
+    // (it waits uninterruptibly): the look gives up on it at the deadline and lets it be.
+    const bounded = (argv: string[]) =>
+      settleWithin(
+        run(argv, deadline).catch((e: Error) => ({ exitCode: -1, stdout: '', stderr: e.message })),
+        timeoutMs + 500,
+        { exitCode: -2, stdout: '', stderr: 'no answer' },
+      );
+    const [pool, fsys] = await Promise.all([bounded([this.zpoolBin, 'list', '-H', '-o', 'health', this.pool]), bounded(['stat', '-f', '-c', '%b', this.mountRoot])]);
+    if (pool.exitCode !== 0 && isDaemonDown(pool.stderr)) return { state: 'dead', detail: `ZFS does not answer: ${pool.stderr.trim()}` };
+    if (pool.exitCode !== 0 && isMissing(pool.stderr)) return { state: 'dead', detail: `pool ${this.pool} is not imported` };
+    if (/not connected/i.test(fsys.stderr)) return { state: 'dead', detail: `${this.mountRoot}: transport endpoint is not connected` };
+    if ((pool.exitCode !== 0 || fsys.exitCode !== 0) && (late() || pool.exitCode === -2 || fsys.exitCode === -2)) {
+      return { state: 'hung', detail: `no answer within ${timeoutMs} ms (${pool.exitCode !== 0 ? 'zpool list' : 'statfs of the pool root'})` };
+    }
+    if (pool.exitCode !== 0) return { state: 'error', detail: `zpool list: ${pool.stderr.trim()}` };
+    if (fsys.exitCode !== 0) return { state: 'error', detail: `statfs ${this.mountRoot}: ${fsys.stderr.trim()}` };
+    const health = pool.stdout.trim();
+    if (health !== 'ONLINE' && health !== 'DEGRADED') return { state: 'error', detail: `pool ${this.pool} is ${health}` };
+    return { state: 'ok', detail: health };
+  }
+
+  /**
+   * Kill, start, import, mount. The dead daemon's FUSE mounts of this pool are detached first
+   * (lazily: a box may still hold one open), so the new daemon mounts over clean directories.
+   */
+  async restart(): Promise<void> {
+    if (!this.daemon.installed) throw new Error(`${ZFS_FUSE} is not installed: only the ZFS kernel module serves this pool, which boxhost cannot restart`);
+    // One restart at a time in this process (several nodes of a test machine share the daemon);
+    // one that finds a daemon another restart already brought back only re-imports and mounts.
+    await serialized('zfs-fuse restart', () => this.restartOnce());
+  }
+
+  private async restartOnce(): Promise<void> {
+    // The probe again, now: a mount of this pool that gives no answer, or the wrong one, means
+    // the daemon serving it must go, even when it answers `zpool list`.
+    const now = await this.probe(5000);
+    if (now.state !== 'ok' || this.daemon.pid() === null) await this.daemon.kill();
+    for (const point of fuseMountsOf(this.pool)) {
+      const r = await run(['umount', '-l', point], { allowFailure: true, timeoutMs: 30_000 });
+      if (r.exitCode !== 0 && !/not mounted|no mount point/i.test(r.stderr)) this.log.warn({ point, err: r.stderr.trim() }, 'could not detach a mount of the dead daemon');
+    }
+    await this.ensureDaemon();
+    if (this.ownsPool) await this.ensureLoopPool();
+    else await this.ensureConfiguredPool();
+    // An import mounts what it can; a dataset it could not (its directory was busy) is mounted now.
+    await this.zfs(['mount', '-a'], true);
+    this.shiftedMade.clear();
   }
 
   /** What the pool can hold for boxhost: used + available of its root dataset. */
@@ -584,26 +650,15 @@ export class ZfsStorage implements StorageDriver {
   // ---------------------------------------------------------------- internals: daemon and pool
 
   private async ensureDaemon(): Promise<void> {
-    const probe = await this.probe();
+    const probe = await this.listPools();
     if (probe.exitCode === 0) return;
     if (!isDaemonDown(probe.stderr)) throw new Error(`zpool list failed: ${probe.stderr.trim()}`);
-    if (!fs.existsSync(ZFS_FUSE)) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
-    this.log.info({}, 'starting the zfs-fuse daemon');
-    // A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word; so does a
-    // missing /var/lock (it says why only to syslog).
-    removeStalePidfile(ZFS_FUSE_PIDFILE, 'zfs-fuse');
-    fs.mkdirSync(path.join(realDir('/var/lock'), 'zfs'), { recursive: true, mode: 0o700 });
-    // zfs-fuse daemonizes itself (and closes our pipes), so this returns at once. A concurrent
-    // start by another process fails here; the wait below tells whether one of them won.
-    const started = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE], { allowFailure: true, timeoutMs: 30_000 });
-    for (let waited = 0; waited < 20_000; waited += 100) {
-      if ((await this.probe()).exitCode === 0) return;
-      await sleep(100);
-    }
-    throw new Error(`zfs-fuse did not answer within 20 s (start exited ${started.exitCode}: ${started.stderr.trim()})`);
+    if (!this.daemon.installed) throw new Error(`ZFS is not reachable (${probe.stderr.trim()}) and ${ZFS_FUSE} is not installed`);
+    await this.daemon.start(async () => (await this.listPools()).exitCode === 0);
   }
 
-  private async probe(): Promise<RunResult> {
+  /** `zpool list`: whether any ZFS answers at all. */
+  private async listPools(): Promise<RunResult> {
     try {
       return await this.zpool(['list', '-H', '-o', 'name'], true);
     } catch (e) {
@@ -837,63 +892,8 @@ function bytes(n: number): string {
   return n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(1)} GiB` : `${Math.round(n / 1024 ** 2)} MiB`;
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-const isPrivateMount = (flags: Set<string> | null) => flags !== null && flags.has('nosuid') && flags.has('nodev');
-
-/** The options of the mount at exactly `dir` (from /proc/self/mountinfo), or null if none. */
-function mountFlags(dir: string): Set<string> | null {
-  let info: string;
-  try {
-    info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
-  } catch {
-    return null;
-  }
-  let found: Set<string> | null = null;
-  for (const line of info.split('\n')) {
-    const f = line.split(' ');
-    // The last mount at a point is the one in effect.
-    if (f[4]?.replace(/\\040/g, ' ') === dir) found = new Set(f[5].split(','));
-  }
-  return found;
-}
-
 function quotaArg(gb: number): string {
   return Number.isInteger(gb) ? `${gb}G` : String(Math.round(gb * 1024 ** 3));
-}
-
-function mountedUnder(dir: string): boolean {
-  const prefix = path.resolve(dir) + '/';
-  try {
-    return fs
-      .readFileSync('/proc/mounts', 'utf8')
-      .split('\n')
-      .some((l) => (l.split(' ')[1] ?? '').replace(/\\040/g, ' ').startsWith(prefix));
-  } catch {
-    return true;
-  }
-}
-
-function removeEmptyDirs(dir: string): void {
-  let entries: fs.Dirent[];
-  try {
-    entries = fs.readdirSync(dir, { withFileTypes: true });
-  } catch {
-    return;
-  }
-  for (const e of entries) if (e.isDirectory()) removeEmptyDirs(path.join(dir, e.name));
-  try {
-    fs.rmdirSync(dir);
-  } catch {
-    // not empty: something that is not ours stays
-  }
 }
 
 const locks = new Map<string, Promise<unknown>>();
@@ -907,29 +907,4 @@ function serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
     if (locks.get(key) === settled) locks.delete(key);
   });
   return next;
-}
-
-/** The directory a path names, following a symlink even when its target does not exist yet. */
-function realDir(p: string): string {
-  try {
-    if (fs.lstatSync(p).isSymbolicLink()) return path.resolve(path.dirname(p), fs.readlinkSync(p));
-  } catch {
-    // absent: made as it is named
-  }
-  return p;
-}
-
-function removeStalePidfile(pidfile: string, comm: string): void {
-  let pid: string;
-  try {
-    pid = fs.readFileSync(pidfile, 'utf8').trim();
-  } catch {
-    return;
-  }
-  try {
-    if (/^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === comm) return;
-  } catch {
-    // no such process
-  }
-  fs.rmSync(pidfile, { force: true });
 }

@@ -1,0 +1,105 @@
+import t from 'tap';
+import pino from 'pino';
+import { sleep } from '../core/command';
+import { MockStorage } from '../workers/storage/mock';
+import { startStorageWatchdog } from '../workers/storageWatchdog';
+import type { StorageProbe } from '../workers/drivers';
+
+/** The watchdog's decisions on a mock storage whose looks answer what the test says. The real
+ *  daemon killed and hung is test/storage-watchdog.test.ts. */
+const log = pino({ level: 'silent' });
+
+function watch(storage: MockStorage, hangMs = 300) {
+  const recoveries: string[] = [];
+  const dog = startStorageWatchdog({
+    storage,
+    log,
+    intervalMs: 20,
+    hangMs,
+    recover: async (why) => {
+      recoveries.push(why);
+      await storage.restart();
+    },
+  });
+  t.teardown(() => dog.stop());
+  return { dog, recoveries };
+}
+
+t.test('a healthy storage is left alone', async (t) => {
+  const storage = new MockStorage();
+  const { dog, recoveries } = watch(storage);
+  await sleep(200);
+  t.same(recoveries, []);
+  t.equal(dog.last?.state, 'ok', 'it did look');
+});
+
+t.test('a dead storage is restarted at once, once', async (t) => {
+  const storage = new MockStorage();
+  const { dog, recoveries } = watch(storage);
+  await sleep(60);
+  storage.probeState = 'dead';
+  for (let i = 0; i < 100 && recoveries.length === 0; i++) await sleep(20);
+  t.equal(recoveries.length, 1, 'recovered');
+  t.match(recoveries[0], /storage died/);
+  await sleep(200);
+  t.equal(recoveries.length, 1, 'and not again while it answers');
+  t.equal(dog.recoveries, 1);
+  t.equal(storage.restarts, 1);
+});
+
+t.test('a hung storage is restarted only once it has hung for hangMs', async (t) => {
+  const storage = new MockStorage();
+  const { recoveries } = watch(storage, 400);
+  storage.probeState = 'hung';
+  await sleep(200);
+  t.same(recoveries, [], 'not before hangMs');
+  for (let i = 0; i < 100 && recoveries.length === 0; i++) await sleep(20);
+  t.equal(recoveries.length, 1, 'then restarted');
+  t.match(recoveries[0], /storage hung/);
+});
+
+t.test('a hang that clears by itself is not restarted', async (t) => {
+  const storage = new MockStorage();
+  const { recoveries } = watch(storage, 400);
+  storage.probeState = 'hung';
+  await sleep(150);
+  storage.probeState = 'ok';
+  await sleep(500);
+  t.same(recoveries, []);
+});
+
+t.test('a storage that answers but is not usable, or cannot be restarted, is only reported', async (t) => {
+  const faulted = new MockStorage();
+  faulted.probeState = 'error';
+  const a = watch(faulted);
+  const dead = new MockStorage();
+  dead.probeState = 'dead';
+  dead.restartable = false;
+  const b = watch(dead);
+  await sleep(300);
+  t.same(a.recoveries, [], 'FAULTED: a restart would not mend it');
+  t.same(b.recoveries, [], 'kernel ZFS: boxhost cannot restart it');
+  t.equal(dead.restarts, 0);
+});
+
+t.test('a recovery that fails is tried again later', async (t) => {
+  const storage = new MockStorage();
+  let fails = 1;
+  const tries: StorageProbe['state'][] = [];
+  const dog = startStorageWatchdog({
+    storage,
+    log,
+    intervalMs: 20,
+    hangMs: 100,
+    recover: async () => {
+      tries.push(storage.probeState);
+      if (fails-- > 0) throw new Error('could not start the daemon');
+      await storage.restart();
+    },
+  });
+  t.teardown(() => dog.stop());
+  storage.probeState = 'dead';
+  for (let i = 0; i < 400 && dog.recoveries === 0; i++) await sleep(25);
+  t.equal(tries.length, 2, 'failed once, then succeeded (after its back-off)');
+  t.equal(dog.recoveries, 1);
+});

@@ -1,0 +1,104 @@
+/**
+ * What the storage driver and its daemon need to know of the host's own filesystems: mount
+ * flags, FUSE mounts, pidfiles. Plain functions over /proc, no ZFS.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export const isPrivateMount = (flags: Set<string> | null) => flags !== null && flags.has('nosuid') && flags.has('nodev');
+
+/** The options of the mount at exactly `dir` (from /proc/self/mountinfo), or null if none. */
+export function mountFlags(dir: string): Set<string> | null {
+  let info: string;
+  try {
+    info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return null;
+  }
+  let found: Set<string> | null = null;
+  for (const line of info.split('\n')) {
+    const f = line.split(' ');
+    // The last mount at a point is the one in effect.
+    if (f[4]?.replace(/\\040/g, ' ') === dir) found = new Set(f[5].split(','));
+  }
+  return found;
+}
+
+export function mountedUnder(dir: string): boolean {
+  const prefix = path.resolve(dir) + '/';
+  try {
+    return fs
+      .readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .some((l) => (l.split(' ')[1] ?? '').replace(/\\040/g, ' ').startsWith(prefix));
+  } catch {
+    return true;
+  }
+}
+
+export function removeEmptyDirs(dir: string): void {
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return;
+  }
+  for (const e of entries) if (e.isDirectory()) removeEmptyDirs(path.join(dir, e.name));
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    // not empty: something that is not ours stays
+  }
+}
+
+/** The directory a path names, following a symlink even when its target does not exist yet. */
+export function realDir(p: string): string {
+  try {
+    if (fs.lstatSync(p).isSymbolicLink()) return path.resolve(path.dirname(p), fs.readlinkSync(p));
+  } catch {
+    // absent: made as it is named
+  }
+  return p;
+}
+
+export function removeStalePidfile(pidfile: string, comm: string): void {
+  let pid: string;
+  try {
+    pid = fs.readFileSync(pidfile, 'utf8').trim();
+  } catch {
+    return;
+  }
+  try {
+    if (/^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === comm) return;
+  } catch {
+    // no such process
+  }
+  fs.rmSync(pidfile, { force: true });
+}
+
+/** The mount points of FUSE filesystems whose source is `pool` or one of its datasets, deepest
+ *  first (the order they can be unmounted in). */
+export function fuseMountsOf(pool: string): string[] {
+  let mounts: string;
+  try {
+    mounts = fs.readFileSync('/proc/self/mounts', 'utf8');
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const line of mounts.split('\n')) {
+    const [source, point, type] = line.split(' ');
+    if (!point || !/^fuse/.test(type ?? '')) continue;
+    if (source === pool || source?.startsWith(`${pool}/`)) out.push(point.replace(/\\040/g, ' '));
+  }
+  return [...new Set(out)].sort((a, b) => b.length - a.length);
+}
