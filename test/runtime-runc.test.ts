@@ -307,7 +307,7 @@ t.test('a box runs', async (t) => {
   t.test('exec detach', async (t) => {
     const t0 = Date.now();
     const r = await ex(['sleep', '300'], { detach: true });
-    t.ok(Date.now() - t0 < 2000, 'answers at once');
+    t.ok(Date.now() - t0 < 10_000, `answers at once, not after the process (${Date.now() - t0} ms)`);
     t.equal(r.exitCode, -1);
     t.equal(r.detached, true);
     t.ok(r.pid > 0);
