@@ -244,6 +244,9 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
       t.type(r.body?.error?.message, 'string');
       t.ok(Array.isArray(r.body?.error?.details), `${what}: details is an array`);
     };
+    // No refused request may leave an operation or a box behind (checked at the end).
+    const rows = async () => ({ ops: Number((await host.db('operations').count({ n: '*' }))[0].n), boxes: Number((await host.db('boxes').count({ n: '*' }))[0].n) });
+    const rowsBefore = await rows();
 
     // Malformed percent-encoding in the path.
     for (const p of ['/v1/projects/%E0%A4%A/boxes', '/v1/projects/p/boxes/%', '/v1/projects/%ZZ/boxes/web']) {
@@ -307,6 +310,7 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     t.equal((await host.call('GET', '/v1/repohost/grants/other')).status, 404, 'not renamed');
     t.same((await host.call('GET', '/v1/repohost/grants/gz-ok')).body.permissions, { contents: 'write' }, 'unchanged by the refused PUT');
     for (const g of ['gz-ok', 'cs-ok']) await host.call('DELETE', `/v1/repohost/grants/${g}`);
+    t.same(await rows(), rowsBefore, 'no operation or box row was made by any of it');
   });
 
   t.test('WebSocket handshakes are refused before the upgrade', async (t) => {

@@ -81,13 +81,27 @@ t.test('boxes', async (t) => {
   });
 
   t.test('exec cwd /proc/self/fd/N never lands on a host directory (CVE-2024-21626 class)', async (t) => {
+    // Every fd answers one of two ways, and each is asserted: refused with the contract's 400
+    // (the directory does not exist in the box), or run inside the box's own root.
+    const outcomes = { refused: 0, ran: 0 };
     for (let fd = 3; fd <= 20; fd++) {
       const r = await exec('alpha', 'web', { command: ['sh', '-c', 'pwd; ls /; cat /etc/hostname'], cwd: `/proc/self/fd/${fd}` });
-      if (r.status === 400) continue; // refused: fine
-      t.equal(r.status, 200);
+      if (r.status === 400) {
+        outcomes.refused++;
+        t.equal(r.body.error?.code, 'invalid_argument', `fd ${fd}: refused with the error body`);
+        t.notMatch(r.text, new RegExp(`${host.config.dataDir}|node_modules|/proc/\\d+`), `fd ${fd}: the refusal names no host path`);
+        continue;
+      }
+      outcomes.ran++;
+      t.equal(r.status, 200, `fd ${fd}: either 400 or 200`);
       t.notMatch(r.body.stdout, /boxhost|node_modules|bh-test/, `fd ${fd} stays in the box`);
       t.notOk(r.body.stdout.includes(host.config.dataDir), `fd ${fd} does not see the host data dir`);
+      t.match(r.body.stdout, /\nweb\n$/, `fd ${fd}: it ran in box web (its own /etc/hostname)`);
     }
+    t.equal(outcomes.refused + outcomes.ran, 18, `every fd answered (${JSON.stringify(outcomes)})`);
+    // Positive control: the same exec with a real directory of the box runs there.
+    const control = await exec('alpha', 'web', { command: ['sh', '-c', 'pwd; cat /etc/hostname'], cwd: '/tmp' });
+    t.equal(control.body.stdout, '/tmp\nweb\n', 'control: a cwd that exists in the box is used');
   });
 
   t.test('update: live limits, tags replaced, grace period', async (t) => {
@@ -175,6 +189,16 @@ t.test('boxes', async (t) => {
     t.teardown(() => new Promise((r) => server.close(r)));
     const port = (server.address() as net.AddressInfo).port;
     const gateway = web.address.replace(/\.\d+$/, '.1');
+    // Control: the service answers on that very address (from the host), so a box's silence is the firewall's.
+    const fromItself = await new Promise<string>((resolve) => {
+      let got = '';
+      const c = net.connect(port, gateway, () => c.end());
+      c.on('data', (b) => (got += b));
+      c.on('close', () => resolve(got));
+      c.on('error', () => resolve(got));
+      c.setTimeout(3000, () => c.destroy());
+    });
+    t.equal(fromItself, 'host-secret\n', 'control: the host service answers on the gateway address');
     const toHost = await sh('alpha', 'peer', `echo hi | timeout 3 nc ${gateway} ${port}`);
     t.notMatch(toHost.stdout, /host-secret/, 'a host service is out of reach');
     // The host can open a connection into a box (what publishing needs).
@@ -251,6 +275,8 @@ t.test('boxes', async (t) => {
       if (field) t.ok(r.body.error.details.some((d: any) => d.field === field), `details name ${field}: ${JSON.stringify(r.body.error.details)}`);
       t.equal(r.body.error.code, status === 400 ? 'invalid_argument' : 'conflict');
     }
+    t.same(await host.db('operations').count({ n: '*' }), before.ops, 'no operation row for any refused create');
+    t.same(await host.db('boxes').count({ n: '*' }), before.rows, 'nor a box row');
     const pinned = (await host.call('GET', `${P}/alpha/boxes/web`)).body.base;
     t.equal((await create('alpha', { name: 'pinned', base: pinned })).body.status, 'running', 'name@version works');
     await host.call('DELETE', `${P}/alpha/boxes/pinned?wait=30`);
