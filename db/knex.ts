@@ -25,6 +25,7 @@ export function createDb(config: Pick<Config, 'dataDir' | 'databaseUrl'>): Db {
       // overlap. synchronous=NORMAL is WAL's own recommendation: no fsync per commit, and a
       // power cut can lose only the last commits, never corrupt the file.
       afterCreate: (conn: any, done: (err: Error | null, conn: any) => void) => {
+        beginImmediate(conn);
         conn.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;', (err: Error | null) => done(err, conn));
       },
     },
@@ -36,3 +37,21 @@ export async function migrate(db: Db): Promise<void> {
   await db.migrate.latest({ migrationSource: migrations, tableName: 'knex_migrations' });
 }
 
+
+/**
+ * knex opens sqlite transactions with a plain (deferred) `BEGIN`. A deferred transaction that
+ * has read, then writes after another process (a worker) committed, fails at once with
+ * SQLITE_BUSY: busy_timeout cannot help, the snapshot it read is stale. `BEGIN IMMEDIATE` takes
+ * the write lock first, waiting up to busy_timeout for it, so the api and worker processes queue
+ * instead of failing (seen as 503 "the database is unavailable" on concurrent creates before).
+ */
+function beginImmediate(conn: any): void {
+  for (const method of ['all', 'run', 'exec'] as const) {
+    const original = conn[method];
+    if (typeof original !== 'function') continue;
+    conn[method] = function (sql: unknown, ...rest: unknown[]) {
+      const text = typeof sql === 'string' && /^\s*BEGIN\s*(TRANSACTION)?\s*;?\s*$/i.test(sql) ? 'BEGIN IMMEDIATE;' : sql;
+      return original.call(this, text, ...rest);
+    };
+  }
+}
