@@ -4,6 +4,9 @@ import { sleep } from '../core/command';
 import { MockStorage } from '../workers/storage/mock';
 import { startStorageWatchdog } from '../workers/storageWatchdog';
 import type { StorageProbe } from '../workers/drivers';
+import { LocalNode } from '../workers/agent/localNode';
+import { MockRuntime } from '../workers/runtime/mock';
+import type { BoxhostError } from '../core/errors';
 
 /** The watchdog's decisions on a mock storage whose looks answer what the test says. The real
  *  daemon killed and hung is test/storage-watchdog.test.ts. */
@@ -102,4 +105,18 @@ t.test('a recovery that fails is tried again later', async (t) => {
   for (let i = 0; i < 400 && dog.recoveries === 0; i++) await sleep(25);
   t.equal(tries.length, 2, 'failed once, then succeeded (after its back-off)');
   t.equal(dog.recoveries, 1);
+});
+
+t.test('while the storage is being restarted, execs answer 503 with Retry-After, and the storage check says why', async (t) => {
+  const node = new LocalNode('n1', new MockRuntime(), new MockStorage());
+  node.storageRecovering = 'storage hung (no answer)';
+  const err = await node.exec('b1', { command: ['true'] }).then(
+    () => null,
+    (e: BoxhostError) => e,
+  );
+  t.equal(err?.code, 'unavailable');
+  t.equal(err?.headers['Retry-After'], '5');
+  t.match(await node.storageHealth(), /^error: recovering: storage hung/);
+  node.storageRecovering = null;
+  t.equal(await node.storageHealth(), 'ok', 'control: ok once it is back');
 });

@@ -7,6 +7,8 @@ import { BoxNotRunningError, ExecInputError } from '../errors';
 const HEALTH_TIMEOUT_MS = 2000;
 /** How long a caller over the node's exec cap is told to wait: a slot frees whenever one ends. */
 const EXEC_RETRY_AFTER_S = 1;
+/** How long a caller is told to wait while the node's storage is being restarted. */
+const STORAGE_RETRY_AFTER_S = 5;
 
 /**
  * This node's side of `NodeClient`, straight on its drivers: what the api calls in-process
@@ -37,6 +39,12 @@ export class LocalNode implements NodeClient {
     if (this.runningExecs >= this.maxConcurrentExecs) {
       throw new BoxhostError('rate_limited', `node ${this.nodeId} is running its most concurrent execs (${this.maxConcurrentExecs}); try again when one has ended`, [], {
         'Retry-After': String(EXEC_RETRY_AFTER_S),
+      });
+    }
+    // While the storage watchdog restarts the storage, every box's root is gone or coming back.
+    if (this.storageRecovering) {
+      throw new BoxhostError('unavailable', `the storage of node ${this.nodeId} is being restarted and its boxes started again; try again in a few seconds`, [], {
+        'Retry-After': String(STORAGE_RETRY_AFTER_S),
       });
     }
     // A caller that left before its exec started: nothing to run for it.
