@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import pino from 'pino';
 import { sleep } from '../core/command';
 import { MockStorage } from '../workers/storage/mock';
@@ -12,7 +12,7 @@ import type { BoxhostError } from '../core/errors';
  *  daemon killed and hung is test/storage-watchdog.test.ts. */
 const log = pino({ level: 'silent' });
 
-function watch(storage: MockStorage, hangMs = 300) {
+function watch(t: Test, storage: MockStorage, hangMs = 300) {
   const recoveries: string[] = [];
   const dog = startStorageWatchdog({
     storage,
@@ -30,7 +30,7 @@ function watch(storage: MockStorage, hangMs = 300) {
 
 t.test('a healthy storage is left alone', async (t) => {
   const storage = new MockStorage();
-  const { dog, recoveries } = watch(storage);
+  const { dog, recoveries } = watch(t, storage);
   await sleep(200);
   t.same(recoveries, []);
   t.equal(dog.last?.state, 'ok', 'it did look');
@@ -38,7 +38,7 @@ t.test('a healthy storage is left alone', async (t) => {
 
 t.test('a dead storage is restarted at once, once', async (t) => {
   const storage = new MockStorage();
-  const { dog, recoveries } = watch(storage);
+  const { dog, recoveries } = watch(t, storage);
   await sleep(60);
   storage.probeState = 'dead';
   for (let i = 0; i < 100 && recoveries.length === 0; i++) await sleep(20);
@@ -52,7 +52,7 @@ t.test('a dead storage is restarted at once, once', async (t) => {
 
 t.test('a hung storage is restarted only once it has hung for hangMs', async (t) => {
   const storage = new MockStorage();
-  const { recoveries } = watch(storage, 400);
+  const { recoveries } = watch(t, storage, 400);
   storage.probeState = 'hung';
   await sleep(200);
   t.same(recoveries, [], 'not before hangMs');
@@ -63,7 +63,7 @@ t.test('a hung storage is restarted only once it has hung for hangMs', async (t)
 
 t.test('a hang that clears by itself is not restarted', async (t) => {
   const storage = new MockStorage();
-  const { recoveries } = watch(storage, 400);
+  const { recoveries } = watch(t, storage, 400);
   storage.probeState = 'hung';
   await sleep(150);
   storage.probeState = 'ok';
@@ -74,11 +74,11 @@ t.test('a hang that clears by itself is not restarted', async (t) => {
 t.test('a storage that answers but is not usable, or cannot be restarted, is only reported', async (t) => {
   const faulted = new MockStorage();
   faulted.probeState = 'error';
-  const a = watch(faulted);
+  const a = watch(t, faulted);
   const dead = new MockStorage();
   dead.probeState = 'dead';
   dead.restartable = false;
-  const b = watch(dead);
+  const b = watch(t, dead);
   await sleep(300);
   t.same(a.recoveries, [], 'FAULTED: a restart would not mend it');
   t.same(b.recoveries, [], 'kernel ZFS: boxhost cannot restart it');
@@ -119,4 +119,15 @@ t.test('while the storage is being restarted, execs answer 503 with Retry-After,
   t.match(await node.storageHealth(), /^error: recovering: storage hung/);
   node.storageRecovering = null;
   t.equal(await node.storageHealth(), 'ok', 'control: ok once it is back');
+});
+
+t.test('a root that does not answer while the daemon does is given twice as long', async (t) => {
+  const storage = new MockStorage();
+  const { recoveries } = watch(t, storage, 300);
+  storage.probeState = 'hung';
+  storage.probeScope = 'only-mounts';
+  await sleep(450);
+  t.same(recoveries, [], 'not after hangMs');
+  for (let i = 0; i < 100 && recoveries.length === 0; i++) await sleep(20);
+  t.equal(recoveries.length, 1, 'restarted after twice hangMs');
 });

@@ -28,6 +28,9 @@ export interface StorageProbe {
   state: 'ok' | 'dead' | 'hung' | 'error';
   /** What was seen, for logs and the node's admin view (never for project tokens). */
   detail: string;
+  /** For `hung`: `only-mounts` when the pool's daemon answered and only the statfs of its
+   *  mounted root did not (a data path slowed by heavy destroys, or stuck). */
+  scope?: 'daemon' | 'only-mounts';
 }
 
 export interface StorageDriver {

@@ -41,8 +41,11 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
   let stopped = false;
   let wake: (() => void) | undefined;
   const state = { last: null as StorageProbe | null, recoveries: 0 };
+  // Unref'd (a watchdog keeps no process alive), so a nap must never begin once stopped: the
+  // stop would wait on a timer nothing else keeps the event loop alive for.
   const nap = (ms: number) =>
     new Promise<void>((resolve) => {
+      if (stopped) return resolve();
       const timer = setTimeout(resolve, ms);
       timer.unref();
       wake = () => {
@@ -73,7 +76,13 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
       troubleSince ||= lookedAt;
       // Dead: seen twice (a look racing a daemon another process is starting is not enough).
       // Hung: no answer for hangMs.
-      const due = probe.state === 'dead' ? await confirm(opts.storage) : Date.now() - troubleSince >= opts.hangMs;
+      // A daemon that still answers `zpool list` while a statfs of its root waits is given twice
+      // as long: under 20 concurrent destroys of hundreds of roots zfs-fuse's data path has
+      // stalled for over 30 s and come back by itself (seen at 600 boxes), and a restart costs
+      // every box a restart; a daemon that answers nothing is hung for sure.
+      const hangMs = probe.scope === 'only-mounts' ? 2 * opts.hangMs : opts.hangMs;
+      const due = probe.state === 'dead' ? await confirm(opts.storage) : Date.now() - troubleSince >= hangMs;
+      if (stopped) break;
       if (!due) {
         // Looked at again soon, not in a tight loop (a look that fails fast must not spin).
         await nap(Math.min(opts.intervalMs, 1000));

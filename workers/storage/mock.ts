@@ -61,8 +61,11 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   /** How many times `restart` ran. */
   restarts = 0;
 
+  /** For `hung`: what did not answer (StorageProbe.scope). */
+  probeScope: StorageProbe['scope'] = 'daemon';
+
   async probe(): Promise<StorageProbe> {
-    return { state: this.probeState, detail: `mock storage ${this.probeState}` };
+    return { state: this.probeState, scope: this.probeState === 'hung' ? this.probeScope : undefined, detail: `mock storage ${this.probeState}` };
   }
 
   async restart(): Promise<void> {
