@@ -104,10 +104,11 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
   const src = await boxesRepo.get(ctx.db, project, boxName);
   if (!src) throw invalidField('fork', `box ${project}/${boxName} does not exist`);
   const node = await ctx.nodes.client(src.node);
-  // Judged on the state it is in (its root must exist now: a fork's job is not queued behind
-  // its source's create) and on the one it will be in (a source with a delete queued is not forked).
+  // A source still creating may have no root yet (a fork's job is not queued behind its
+  // source's create); otherwise it is judged on the state it will be in (a source with a delete
+  // queued is not forked; one stopping or resuming keeps its root and can be).
   const projected = projectedStatus(src.status, await pendingActions(ctx.db, src.id));
-  if (!canFork(src.status)) throw conflict(`box ${boxName} is ${src.status}; it can be forked once it is running or stopped`);
+  if (src.status === 'creating') throw conflict(`box ${boxName} is creating; it can be forked once it is running or stopped`);
   if (!canFork(projected)) throw conflict(`box ${boxName} is going to be ${projected}; it can be forked once it is running or stopped`);
   if (snapshot) {
     const snaps = await node.listSnapshots(src.id);

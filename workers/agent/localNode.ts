@@ -5,6 +5,8 @@ import type { RuntimeDriver, StorageDriver } from '../drivers';
 import { BoxNotRunningError, ExecInputError } from '../errors';
 
 const HEALTH_TIMEOUT_MS = 2000;
+/** A storage check unanswered this long makes the node report its storage failing. */
+const STALL_MS = 15_000;
 /** How long a caller over the node's exec cap is told to wait: a slot frees whenever one ends. */
 const EXEC_RETRY_AFTER_S = 1;
 /** How long a caller is told to wait while the node's storage is being restarted. */
@@ -81,21 +83,28 @@ export class LocalNode implements NodeClient {
   private healthCheck?: Promise<string>;
   private healthStarted = 0;
 
+  /** What the last check that ended said ('ok' until one has). */
+  private lastHealth = 'ok';
+
   /**
-   * "ok", or why the storage failed (or did not answer in time). One check at a time: while a
-   * hung pool keeps a check waiting, later calls answer at once instead of piling up
-   * commands.
+   * "ok", or why the storage failed (or has not answered for STALL_MS). One check at a time:
+   * while a slow or hung pool keeps a check waiting, later calls answer at once instead of piling
+   * up commands. A check that is merely slow (a busy zfs-fuse can take seconds to answer
+   * `zpool list`) answers what the last one said: a node must not refuse boxes because one look
+   * was slow; a storage that stays silent is reported after STALL_MS, and restarted by the
+   * storage watchdog.
    */
   async storageHealth(): Promise<string> {
     if (this.storageRecovering) return `error: recovering: ${this.storageRecovering}`;
-    if (this.healthCheck) return `error: no answer (a check has been waiting for ${Math.round((Date.now() - this.healthStarted) / 1000)} s)`;
+    const waited = Date.now() - this.healthStarted;
+    if (this.healthCheck) return waited >= STALL_MS ? `error: no answer (a check has been waiting for ${Math.round(waited / 1000)} s)` : this.lastHealth;
     this.healthStarted = Date.now();
     const check = this.storage.health().then(
       () => 'ok',
       (e: Error) => `error: ${e.message}`,
     );
-    this.healthCheck = check.finally(() => (this.healthCheck = undefined));
-    return settleWithin(check, HEALTH_TIMEOUT_MS, `error: no answer within ${HEALTH_TIMEOUT_MS / 1000} s`);
+    this.healthCheck = check.then((h) => (this.lastHealth = h)).finally(() => (this.healthCheck = undefined));
+    return settleWithin(check, HEALTH_TIMEOUT_MS, this.lastHealth);
   }
 
 }
