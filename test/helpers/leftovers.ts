@@ -22,9 +22,10 @@ export interface Scope {
 }
 
 /** Where the suite makes its data dirs and scratch dirs (test/helpers/host.ts testDataDir, the
- *  driver tests, the cluster helpers, the probes). */
+ *  driver tests, the cluster helpers, the probes). `boxhost-bench-*` and `boxhost-soak-*` hold
+ *  the results `npm run bench` and `npm run soak` keep on purpose: not the suite's. */
 const TEMP_ROOTS = [...new Set(['/var/tmp', os.tmpdir(), '/tmp'])];
-const SUITE_DIR_RE = /^(bh-test-|bh-redis-|bh-api-|bh-repo-|bh-probe-|boxhost-|box-cli-)/;
+const SUITE_DIR_RE = /^(bh-test-|bh-redis-|bh-api-|bh-repo-|bh-probe-|boxhost-(?!bench-|soak-)|box-cli-)/;
 
 /** A host tag is 6 hex digits; box netns, containers and cgroups are `bh<tag>-<id>`. */
 const TAGGED_RE = /^bh([0-9a-f]{6})-/;
