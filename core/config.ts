@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Joi from 'joi';
 import dotenv from 'dotenv';
+import { DEFAULT_BOX_SUBNET, defaultProjectPrefix, formatIpv4, MAX_PROJECT_PREFIX, parseNet } from './netblocks';
 
 /** Every setting of a host, read once from the environment (and `.env`). */
 export interface Config {
@@ -19,6 +20,8 @@ export interface Config {
   region: string;
   logLevel: string;
   boxSubnet: string;
+  /** Prefix length of each project's block of `boxSubnet` (core/netblocks.ts). */
+  projectPrefix: number;
   boxOutbound: boolean;
   defaultBase: string;
   oidc: { issuer?: string; clientId?: string; clientSecret?: string };
@@ -71,8 +74,17 @@ const envSchema = Joi.object({
   BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
   BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
-  BOXHOST_BOX_SUBNET: Joi.string().pattern(/^\d{1,3}\.\d{1,3}\.0\.0\/16$/).default('10.88.0.0/16')
-    .messages({ 'string.pattern.base': 'must be an IPv4 /16 such as 10.88.0.0/16' }),
+  // Any aligned network from /8 to /24, cut into blocks of BOXHOST_PROJECT_PREFIX (core/netblocks.ts).
+  BOXHOST_BOX_SUBNET: Joi.string().default(DEFAULT_BOX_SUBNET).custom((v: string, h) => {
+    const net = parseNet(v);
+    return typeof net === 'string' ? h.message({ custom: net }) : `${formatIpv4(net.base)}/${net.prefix}`;
+  }),
+  // Unset: /22, or the subnet's own prefix when that is narrower (loadConfig).
+  BOXHOST_PROJECT_PREFIX: Joi.number().integer().custom((v: number, h) => {
+    const net = parseNet(String(h.state.ancestors[0].BOXHOST_BOX_SUBNET ?? DEFAULT_BOX_SUBNET));
+    const min = typeof net === 'string' ? 0 : net.prefix;
+    return v < min || v > MAX_PROJECT_PREFIX ? h.message({ custom: `must be from ${min} (the prefix of BOXHOST_BOX_SUBNET) to ${MAX_PROJECT_PREFIX}` }) : v;
+  }).optional(),
   BOXHOST_BOX_OUTBOUND: Joi.boolean().truthy('1').falsy('0').default(false),
   BOXHOST_DEFAULT_BASE: Joi.string().default('busybox'),
   BOXHOST_OIDC_ISSUER: Joi.string().uri().optional(),
@@ -140,6 +152,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     region: value.BOXHOST_REGION,
     logLevel: value.LOG_LEVEL,
     boxSubnet: value.BOXHOST_BOX_SUBNET,
+    projectPrefix: value.BOXHOST_PROJECT_PREFIX ?? defaultProjectPrefix(value.BOXHOST_BOX_SUBNET),
     boxOutbound: value.BOXHOST_BOX_OUTBOUND,
     defaultBase: value.BOXHOST_DEFAULT_BASE,
     oidc: {

@@ -1,6 +1,5 @@
 import type { DomainContext, Identity } from './context';
 import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
-import { projectsRepo } from '../db/repos/projects';
 import { basesRepo } from '../db/repos/bases';
 import { operationsRepo } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
@@ -12,7 +11,7 @@ import { boxActionOf, boxJobs } from '../jobs/boxJobs';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
-import { assertQuota } from './projects';
+import { assertAddressRoom, assertQuota, ensureProject, nodesWithoutAddress } from './projects';
 
 /** A box's config when the create names none (docs/decisions.md "Boxes"). */
 export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 2 };
@@ -162,7 +161,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     const row = await resolveBase(ctx, req.base ?? ctx.config.defaultBase);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
-    node = await ctx.nodes.place(config.region, needOf(config));
+    // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
+    node = await ctx.nodes.place(config.region, needOf(config), await nodesWithoutAddress(ctx, project));
   }
 
   const at = now();
@@ -191,8 +191,10 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   };
   try {
     const operation = await ctx.db.transaction(async (trx) => {
-      await projectsRepo.ensure(trx, project);
+      await ensureProject(ctx, trx, project);
       await assertQuota(ctx, trx, project, { boxes: 1, ...needOf(config) });
+      // After the quota check has locked the project row: creates at the edge count in turn.
+      await assertAddressRoom(ctx, trx, project, node);
       await boxesRepo.insert(trx, box);
       return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
     });

@@ -132,9 +132,11 @@ export class NodeDirectory {
    * that are up, active, whose storage answers and that have room for `need` (committed +
    * need ≤ what the node may promise), the one with the most free RAM, then the most free
    * CPUs, then the fewest boxes, then the lowest id. No room anywhere: 507 when storage is what
-   * runs out everywhere, else 409 (docs/security.md "Admission").
+   * runs out everywhere, else 409 (docs/security.md "Admission"). `passOver`: nodes that cannot
+   * take this box whatever their room, and why (the project's addresses there are all held);
+   * 409 with those reasons when they are all that is left.
    */
-  async place(region: string, need: Need): Promise<string> {
+  async place(region: string, need: Need, passOver: ReadonlyMap<string, string> = new Map()): Promise<string> {
     const rows = await this.rows();
     if (rows.length === 0 && this.local.size === 0) throw unavailable('no node has registered yet: start a node');
     const inRegion = rows.filter((r) => r.region === region);
@@ -145,16 +147,18 @@ export class NodeDirectory {
     const committed = await nodesRepo.committed(this.db);
     const withRoom = candidates.filter((r) => shortOf(r, committed.get(r.id) ?? EMPTY, need).length === 0);
     if (withRoom.length === 0) throw noRoom(`no node of region ${region}`, candidates.map((r) => [r, committed.get(r.id) ?? EMPTY]), need);
+    const open = withRoom.filter((r) => !passOver.has(r.id));
+    if (open.length === 0) throw conflict(withRoom.map((r) => passOver.get(r.id)).join('; '));
     const free = (r: NodeRow) => {
       const c = committed.get(r.id) ?? EMPTY;
       return { ram: r.ram_mb - c.ram_mb, cpus: r.cpus - c.cpus, boxes: c.boxes };
     };
-    withRoom.sort((a, b) => {
+    open.sort((a, b) => {
       const fa = free(a);
       const fb = free(b);
       return fb.ram - fa.ram || fb.cpus - fa.cpus || fa.boxes - fb.boxes || a.id.localeCompare(b.id);
     });
-    return withRoom[0].id;
+    return open[0].id;
   }
 
   /** 507/409 unless node `id` has room for `need` more (a fork on its source's node, a box

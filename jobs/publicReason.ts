@@ -42,6 +42,12 @@ function partOf(argv: string[]): string {
 
 /** Known causes in a tool's or the kernel's words, said in ours (first match wins). */
 const CAUSES: [RegExp, string][] = [
+  // host-local IPAM: the api admits no more boxes than a block holds (docs/decisions.md
+  // "Network"); this is for a node whose layout differs from the api's, or a race it lost.
+  [/no IP addresses available/i, "the project's network on this node has no free address (delete boxes of the project there)"],
+  // runc: the kernel's per-user key quota (kernel.keys.maxkeys), shared by a project's boxes
+  // on a node (workers/keyQuota.ts); before "disk quota" below, which it says too.
+  [/session key/i, "the node's kernel key quota for the project's boxes is full (kernel.keys.maxkeys)"],
   [/no space left|out of space|quota exceeded|disk quota|ENOSPC|EDQUOT/i, 'out of space'],
   [/cannot allocate memory|out of memory|ENOMEM|oom/i, 'out of memory'],
   [/dataset is busy|resource busy|device or resource busy|EBUSY/i, 'a resource was busy'],
@@ -83,5 +89,7 @@ export function publicReason(err: unknown): string {
     return `a file operation on the node failed: ${causeOf(err.code) ?? 'system error'} (${err.code})`;
   }
   const message = err instanceof Error ? err.message : String(err);
+  // The same IPAM exhaustion wrapped in free text (a CNI call line embedded in it).
+  if (/no IP addresses available/i.test(message)) return `the network set-up failed: ${causeOf(message)}`;
   return scrub(message) || 'unknown error';
 }

@@ -8,6 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { run, sleep } from '../core/command';
 import { fillBusyboxRootfs } from '../workers/bases/busyboxRootfs';
+import { formatIpv4, parseIpv4 } from '../core/netblocks';
 import { canonicalCidr, CniNetwork } from '../workers/network/cni';
 import { RuncRuntime } from '../workers/runtime/runc';
 import { platformDestinations } from '../workers/setup';
@@ -28,7 +29,10 @@ const logger = {
   info: (_o: object, msg?: string) => msg && logged.push(msg),
   warn: (_o: object, msg?: string) => msg && logged.push(msg),
 };
+// The default layout: a /22 per project.
 const network = new CniNetwork({ dataDir, hostTag, boxSubnet, outbound: false, logger });
+/** The mask of a box's eth0: its project block's. */
+const PFX = network.layout.projectPrefix;
 const runtime = new RuncRuntime({ dataDir, hostTag });
 const P1 = { index: 1 };
 const P2 = { index: 2 };
@@ -203,11 +207,11 @@ const bridgeRuleset = async () => (await run(['nft', 'list', 'ruleset', 'bridge'
 
 t.test('naming', async (t) => {
   t.equal(network.bridgeName(7), `bh${hostTag.slice(0, 4)}p7`);
-  t.ok(network.bridgeName(255).length <= 15);
-  t.equal(network.subnet(3), boxSubnet.replace('.0.0/16', '.3.0/24'));
-  t.equal(network.gateway(3), boxSubnet.replace('.0.0/16', '.3.1'));
+  t.ok(network.bridgeName(63).length <= 15);
+  t.equal(network.subnet(3), boxSubnet.replace('.0.0/16', '.12.0/22'));
+  t.equal(network.gateway(3), boxSubnet.replace('.0.0/16', '.12.1'));
   t.equal(network.netnsPath('abc'), `/run/netns/bh${hostTag}-abc`);
-  t.throws(() => network.bridgeName(256));
+  t.throws(() => network.bridgeName(64), /0…63/, 'a /16 holds 64 projects of /22');
   t.throws(() => network.netnsName('Bad_Id'));
 });
 
@@ -235,8 +239,8 @@ t.test('project networks', async (t) => {
   const b = await startBox('b', P1);
   const c = await startBox('c', P2);
   t.equal(a.gateway, network.gateway(1));
-  t.match(a.address, new RegExp(`^${network.subnet(1).replace('.0/24', '').replace(/\./g, '\\.')}\\.\\d+$`));
-  t.match(c.address, new RegExp(`^${network.subnet(2).replace('.0/24', '').replace(/\./g, '\\.')}\\.\\d+$`));
+  t.ok(network.layout.holds(1, a.address), `${a.address} is in project 1's ${network.subnet(1)}`);
+  t.ok(network.layout.holds(2, c.address), `${c.address} is in project 2's ${network.subnet(2)}`);
   t.not(a.address, b.address);
   t.same(await network.attach('a', P1), a, 'attach is idempotent');
   t.same((await network.listAttached()).sort(), ['a', 'b', 'c']);
@@ -350,7 +354,7 @@ t.test('spoofing on the bridge', async (t) => {
     await setNeigh(nsOf('v'), w.gateway, gwMac, 'eth0');
     await sleep(1100);
     // (The static entry for w after the addresses: removing the last address flushes them.)
-    await ipIn('x', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], ['addr', 'add', `${w.gateway}/32`, 'dev', 'eth0'], staticW);
+    await ipIn('x', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/${PFX}`, 'dev', 'eth0'], ['addr', 'add', `${w.gateway}/32`, 'dev', 'eth0'], staticW);
     await udpFrom('x', w.address, 5000, 'x-as-v');
     await garp('x', v.address);
     await garp('x', w.gateway);
@@ -380,8 +384,8 @@ t.test('spoofing on the bridge', async (t) => {
   t.test("a port without its chain: the bridge's source rule holds, and init puts the chain back", async (t) => {
     // As a box attached by an older version: no entry in the port map.
     await run(['nft', 'delete', 'element', 'bridge', network.portTable, 'ports', `{ "${z.veth}" }`]);
-    // Within the project's /24 only the port chain could tell: without it, it passes.
-    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], staticW);
+    // Within the project's block only the port chain could tell: without it, it passes.
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/${PFX}`, 'dev', 'eth0'], staticW);
     await udpFrom('z', w.address, 5000, 'z-as-v');
     t.equal(await atW.got('z-as-v', 3000), v.address, 'control: without its chain, z can pass as v');
     // Another project's address: the per-bridge rule drops it.
@@ -391,18 +395,18 @@ t.test('spoofing on the bridge', async (t) => {
       return Number(line?.trim().split(/\s+/)[0] ?? NaN);
     };
     const before = await counter();
-    const foreign = network.subnet(1).replace('.0/24', '.77');
-    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${foreign}/24`, 'dev', 'eth0'], ['route', 'add', `${w.address}/32`, 'dev', 'eth0'], staticW);
+    const foreign = formatIpv4(parseIpv4(network.layout.block(1).network)! + 77);
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${foreign}/${PFX}`, 'dev', 'eth0'], ['route', 'add', `${w.address}/32`, 'dev', 'eth0'], staticW);
     await udpFrom('z', w.address, 5000, 'z-as-p1');
     t.equal(await atW.got('z-as-p1', 1500), null, "an address of another project does not reach w");
     t.ok((await counter()) > before, 'dropped by the per-bridge source rule');
 
     // Back to its own address; init restores the chain (address from its lease, not eth0).
-    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${z.address}/24`, 'dev', 'eth0']);
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${z.address}/${PFX}`, 'dev', 'eth0']);
     logged.length = 0;
     await network.init();
     t.same(logged.filter((m) => m === 'port chain restored'), ['port chain restored'], "init restored z's chain, only z's");
-    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/24`, 'dev', 'eth0'], staticW);
+    await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/${PFX}`, 'dev', 'eth0'], staticW);
     await udpFrom('z', w.address, 5000, 'z-as-v-again');
     t.equal(await atW.got('z-as-v-again', 1500), null, 'with its chain back, z cannot pass as v');
   });
@@ -502,7 +506,7 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
   // and the host's own routes (its real metadata service among them) are untouched.
   const ext = `bhtest-${outTag}-ext`;
   const hostEnd = `bhx${outTag}`;
-  const transit = (n: number) => `10.${second}.255.${n}`; // project 255 of this /16: unused
+  const transit = (n: number) => `10.${second}.255.${n}`; // in the last project block of this /16: unused
   const table = String(20000 + crypto.randomInt(10000));
   const outside = { metadata: '169.254.169.254', redis: '198.51.100.10', postgres: '198.51.100.11', agent: '203.0.113.5', control: '198.51.100.20' };
   undo.push(() => run(['ip', 'netns', 'delete', ext]));
@@ -569,6 +573,63 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
   await t.rejects(bad.init(), /not an IPv4 address or CIDR/, 'a bad protected destination fails init');
   await bad.destroyAll();
   fs.rmSync(badDir, { recursive: true, force: true });
+});
+
+t.test('small blocks of a /20, and the layout lock', async (t) => {
+  // A network of its own: /29 blocks (5 boxes each) of a /20 that also starts a /19.
+  const smallTag = crypto.randomBytes(3).toString('hex');
+  const smallDir = fs.mkdtempSync('/var/tmp/boxhost-cni-small-test-');
+  const subnet = `10.252.${32 * crypto.randomInt(8)}.0/20`;
+  const wider = subnet.replace('/20', '/19');
+  const net = (projectPrefix?: number, boxSubnet = subnet) => new CniNetwork({ dataDir: smallDir, hostTag: smallTag, boxSubnet, projectPrefix, outbound: false, logger });
+  const small = net(29);
+  const ids = ['s0', 's1', 's2', 's3', 's4', 's5'];
+  undo.push(async () => {
+    for (const id of ids) await run(['ip', 'netns', 'delete', small.netnsName(id)], { allowFailure: true });
+    await small.destroyAll();
+    fs.rmSync(smallDir, { recursive: true, force: true });
+  });
+  await small.init();
+  const P = { index: 3 };
+  const block = small.layout.block(3);
+  t.match(JSON.parse(fs.readFileSync(path.join(smallDir, 'cni', 'layout.json'), 'utf8')), { subnet, projectPrefix: 29, recordedAt: /Z$/ }, 'the layout is recorded at the first init');
+
+  const got: string[] = [];
+  for (const id of ids.slice(0, 5)) got.push((await small.attach(id, P)).address);
+  t.same([...got].sort(), ['26', '27', '28', '29', '30'].map((n) => formatIpv4(parseIpv4(block.network)! + Number(n) - 24)).sort(), `the five host addresses of ${block.cidr}, not its network, gateway or broadcast`);
+  await t.rejects(small.attach('s5', P), /no IP addresses available/, 'a sixth: host-local has none left');
+  const bridge = small.bridgeName(3);
+  const brAddrs = (JSON.parse((await run(['ip', '-j', '-4', 'addr', 'show', 'dev', bridge])).stdout) as { addr_info: { local: string; prefixlen: number }[] }[])[0].addr_info;
+  t.same(brAddrs.map((a) => `${a.local}/${a.prefixlen}`), [`${block.gateway}/29`], 'the bridge holds the gateway, with the block\'s mask');
+  t.match(await iptablesS(small.chainSrc), `-A BH-${smallTag}-SRC ! -s ${block.cidr} -i ${bridge} -j DROP`, 'the source rule is the block');
+  const s0 = got[0];
+  await nsProcess(small.netnsName('s0'), TCP_SERVER, '7000');
+  const fromS1 = (await inBox('s1', [process.execPath, '-e', TCP_PROBE, s0, '7000'], small)).stdout.trim();
+  t.equal(fromS1, `outside ${s0} from ${got[1]}`, 'neighbours in a /29 reach each other');
+  t.equal(await hostConnect(s0, 7000), `outside ${s0} from ${block.gateway}\n`, 'the host reaches a box');
+  t.same(small.layout.holds(3, (await small.attach('s0', P)).address), true, "an attached box's address is recognised as its block's (attach is idempotent)");
+
+  const other = net(28);
+  await t.rejects(other.init(), new RegExp(`laid out with BOXHOST_BOX_SUBNET=${subnet.replace(/\./g, '\\.')} BOXHOST_PROJECT_PREFIX=29 .*and 5 boxes hold addresses there; it is now set to BOXHOST_BOX_SUBNET=${subnet.replace(/\./g, '\\.')} BOXHOST_PROJECT_PREFIX=28`), 'another prefix while boxes hold addresses: init refuses');
+  await t.rejects(other.attach('s5', { index: 1 }), /laid out with/, 'and a process that never ran init (a worker) will not attach under it');
+  const widened = net(29, wider);
+  await widened.init();
+  t.equal(JSON.parse(fs.readFileSync(path.join(smallDir, 'cni', 'layout.json'), 'utf8')).subnet, wider, 'widening the subnet from its first address keeps every block: accepted');
+  t.equal(widened.subnet(3), block.cidr);
+
+  for (const id of ids) await widened.detach(id, P);
+  t.equal(await widened.releaseProject(P), true);
+  await small.attach('s0', { index: 1 });
+  await small.detach('s0', { index: 1 }); // its bridge stays (no release): a leftover of the old layout
+  t.ok(fs.existsSync(`/sys/class/net/${small.bridgeName(1)}`));
+  await other.init();
+  t.equal(JSON.parse(fs.readFileSync(path.join(smallDir, 'cni', 'layout.json'), 'utf8')).projectPrefix, 28, 'no box holds an address: the new layout is taken');
+  t.notOk(fs.existsSync(`/sys/class/net/${small.bridgeName(1)}`), "the old layout's bridge (and its gateway address) is gone");
+  t.equal(other.layout.block(200).cidr, formatIpv4(parseIpv4(subnet.split('/')[0])! + 200 * 16) + '/28');
+  await other.attach('s0', { index: 200 });
+  const high = other.bridgeName(200);
+  await net().destroyAll();
+  t.notOk(fs.existsSync(`/sys/class/net/${high}`), 'destroyAll removes bridges whatever its own layout (test cleanup knows no prefix)');
 });
 
 t.test('CNI speed', async (t) => {

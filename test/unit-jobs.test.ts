@@ -48,7 +48,7 @@ type Host = Awaited<ReturnType<typeof host>>;
  *  unless given one. */
 async function insertBox(patch: Partial<BoxRecord> = {}): Promise<BoxRecord> {
   const project = patch.project ?? `p${newBoxId()}`;
-  await projectsRepo.ensure(db, project);
+  await projectsRepo.ensure(db, project, 256);
   const at = now();
   const box: BoxRecord = {
     id: newBoxId(),

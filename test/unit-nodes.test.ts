@@ -579,7 +579,7 @@ t.test('NodeDirectory', async (t) => {
       version: '0.1.0', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at, ...patch,
     });
   }
-  await projectsRepo.ensure(db, 'demo');
+  await projectsRepo.ensure(db, 'demo', 256);
   let boxN = 0;
   async function addBox(node: string, config: { cpus: number; ram_mb: number }): Promise<BoxRecord> {
     const at = now();

@@ -60,7 +60,7 @@ async function world(t: Test): Promise<World> {
     ctx,
     jobs,
     async insertBox(status, node = ctx.config.nodeId) {
-      await projectsRepo.ensure(db, PROJECT);
+      await projectsRepo.ensure(db, PROJECT, 256);
       const at = now();
       const box: BoxRecord = {
         id: newBoxId(),

@@ -97,7 +97,7 @@ export interface NetworkAttachment {
 
 /** The project's own L2 segment: boxes on one bridge reach each other, never another bridge. */
 export interface ProjectNetwork {
-  /** Index 0…255 of the project's /24 inside BOXHOST_BOX_SUBNET; allocated by the db. */
+  /** Which block of BOXHOST_BOX_SUBNET is the project's (core/netblocks.ts); allocated by the db. */
   index: number;
 }
 

@@ -9,6 +9,8 @@ import type { NetworkDriver, RuntimeDriver, StorageDriver } from './drivers';
 import type { WorkerContext } from './context';
 import { ensureDefaultBase } from './bases/defaultBase';
 import { reconcile } from './reconcile';
+import { raiseKeyQuota } from './keyQuota';
+import { NetLayout } from '../core/netblocks';
 
 export interface Drivers {
   storage: StorageDriver;
@@ -25,6 +27,7 @@ export function createDrivers(config: Config, log: Logger): Drivers {
       dataDir: config.dataDir,
       hostTag: config.hostTag,
       boxSubnet: config.boxSubnet,
+      projectPrefix: config.projectPrefix,
       outbound: config.boxOutbound,
       protectedDestinations: () => platformDestinations(config),
       logger: log.child({ driver: 'cni' }),
@@ -69,6 +72,8 @@ function urlHost(url: string): string {
 export async function prepareHost(ctx: WorkerContext): Promise<void> {
   await ctx.storage.init();
   await ctx.network.init();
+  // runc's session keyrings (not the mock's) count against a per-uid kernel quota.
+  if (ctx.runtime instanceof RuncRuntime) await raiseKeyQuota(new NetLayout(ctx.config.boxSubnet, ctx.config.projectPrefix).boxesPerProject, ctx.log);
   await ensureDefaultBase(ctx);
   await reconcile(ctx);
 }

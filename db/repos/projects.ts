@@ -10,8 +10,16 @@ export interface ProjectRow {
   quotas: string | null;
 }
 
-/** A project's bridge takes a /24 of the box subnet: 256 projects per host. */
-export const MAX_PROJECTS = 256;
+/**
+ * No network index is left for a new project: each project owns one block of the box subnet
+ * for good (its index), and the layout holds `max` (core/netblocks.ts). The domain says what to
+ * change; this layer does not read the config.
+ */
+export class NoFreeNetIndex extends Error {
+  constructor(readonly max: number) {
+    super(`all ${max} project network indexes are taken`);
+  }
+}
 
 export const projectsRepo = {
   /** `lock`: FOR UPDATE inside a transaction (Postgres), so concurrent creates in one project
@@ -35,17 +43,17 @@ export const projectsRepo = {
   },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
   /** Projects come into being with their first box; this finds or makes one, with the lowest
-   *  free network index. Two first boxes of new projects at once can pick the same index: the
-   *  loser's insert fails on the unique index inside a savepoint (so a Postgres transaction
-   *  around it stays usable) and it looks again. */
-  async ensure(db: Db, name: string): Promise<ProjectRow> {
+   *  free network index below `maxProjects` (NoFreeNetIndex when none is). Two first boxes of
+   *  new projects at once can pick the same index: the loser's insert fails on the unique index
+   *  inside a savepoint (so a Postgres transaction around it stays usable) and it looks again. */
+  async ensure(db: Db, name: string, maxProjects: number): Promise<ProjectRow> {
     for (let attempt = 0; ; attempt++) {
       const existing = await projectsRepo.get(db, name);
       if (existing) return existing;
       const used = new Set((await db<ProjectRow>('projects').pluck('net_index')) as number[]);
       let index = 0;
       while (used.has(index)) index++;
-      if (index >= MAX_PROJECTS) throw new Error(`this host holds ${MAX_PROJECTS} projects already`);
+      if (index >= maxProjects) throw new NoFreeNetIndex(maxProjects);
       const row: ProjectRow = { name, net_index: index, created_at: now(), quotas: null };
       try {
         await db.transaction((sp) => sp<ProjectRow>('projects').insert(row));
@@ -54,6 +62,12 @@ export const projectsRepo = {
         if (!isUniqueViolation(e) || attempt >= 20) throw e;
       }
     }
+  },
+  /** Node id → how many box rows of the project it holds (every status: a box being deleted
+   *  still holds its address until its delete is done). */
+  async boxesByNode(db: Db, name: string): Promise<Map<string, number>> {
+    const rows = await db('boxes').where({ project: name }).select('node').count({ n: '*' }).groupBy('node');
+    return new Map(rows.map((r: any) => [String(r.node), Number(r.n)]));
   },
   boxCounts: async (db: Db): Promise<Map<string, number>> => {
     const rows = await db('boxes').select('project').count({ n: '*' }).groupBy('project');

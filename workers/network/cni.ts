@@ -2,7 +2,9 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run } from '../../core/command';
+import { defaultProjectPrefix, formatIpv4, NetLayout, parseIpv4 } from '../../core/netblocks';
 import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
+import { checkLayout, LayoutState, lockLayout } from './layoutLock';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
@@ -15,8 +17,11 @@ const RELEASE_MARK_TTL_MS = 60_000;
 export interface CniNetworkOptions {
   dataDir: string;
   hostTag: string;
-  /** `a.b.0.0/16`; project `index` gets `a.b.<index>.0/24`, gateway `.1`. */
+  /** BOXHOST_BOX_SUBNET: project `index` gets the index-th block of `projectPrefix` in it, its
+   *  first address as gateway (core/netblocks.ts). */
   boxSubnet: string;
+  /** BOXHOST_PROJECT_PREFIX (default: /22, or the subnet's own prefix when narrower). */
+  projectPrefix?: number;
   /** NAT boxes out through the host (BOXHOST_BOX_OUTBOUND). */
   outbound: boolean;
   /**
@@ -69,14 +74,17 @@ const PORT_DISPATCH_EXPR = JSON.stringify([{ vmap: { key: { meta: { key: 'iifnam
  *   address (table `bridge boxhost_<tag>`); it is the bridge plugin's `macspoofchk` and more
  *   (that one runs `nft` inside every ADD, the slowest step of a create, for a subset). Per
  *   bridge, an iptables rule (chain `-SRC`, first in INPUT and FORWARD) drops what does not
- *   come from the project's /24, and `rp_filter=1` does the same for what is routed.
+ *   come from the project's block, and `rp_filter=1` does the same for what is routed.
+ * - The layout (subnet and project prefix) is recorded at the first `init` and held while any
+ *   box has an address under it (`layoutLock.ts`).
  * - IPv6 is off on the bridges, and ip6tables drops the rest.
  */
 export class CniNetwork implements NetworkDriver {
   readonly dataDir: string;
   readonly hostTag: string;
   readonly outbound: boolean;
-  private readonly prefix16: [number, number];
+  /** How the box subnet is cut into project blocks. */
+  readonly layout: NetLayout;
   private readonly cniPath: string;
   private readonly ipamDir: string;
   private readonly releaseDir: string;
@@ -87,9 +95,7 @@ export class CniNetwork implements NetworkDriver {
 
   constructor(opts: CniNetworkOptions) {
     if (!/^[a-z0-9]{4,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);
-    const m = /^(\d{1,3})\.(\d{1,3})\.0\.0\/16$/.exec(opts.boxSubnet);
-    if (!m || Number(m[1]) > 255 || Number(m[2]) > 255) throw new Error(`box subnet must be an IPv4 /16 like 10.88.0.0/16, not ${opts.boxSubnet}`);
-    this.prefix16 = [Number(m[1]), Number(m[2])];
+    this.layout = new NetLayout(opts.boxSubnet, opts.projectPrefix ?? defaultProjectPrefix(opts.boxSubnet));
     this.dataDir = path.resolve(opts.dataDir);
     this.hostTag = opts.hostTag;
     this.outbound = opts.outbound;
@@ -103,7 +109,7 @@ export class CniNetwork implements NetworkDriver {
   // ---------------------------------------------------------------- naming
 
   get boxSubnet(): string {
-    return `${this.prefix16[0]}.${this.prefix16[1]}.0.0/16`;
+    return this.layout.subnet;
   }
 
   /** Interface-name prefix of all this host's bridges (iptables wildcard `<prefix>+`). */
@@ -112,24 +118,28 @@ export class CniNetwork implements NetworkDriver {
   }
 
   bridgeName(index: number): string {
-    checkIndex(index);
+    this.checkIndex(index);
     return `${this.bridgePrefix}${index}`;
   }
 
   /** CNI network name (also the host-local state directory name). */
   networkName(index: number): string {
-    checkIndex(index);
+    this.checkIndex(index);
     return `bh${this.hostTag}p${index}`;
   }
 
+  /** The project's block (`a.b.c.d/p`). */
   subnet(index: number): string {
-    checkIndex(index);
-    return `${this.prefix16[0]}.${this.prefix16[1]}.${index}.0/24`;
+    return this.layout.block(index).cidr;
   }
 
+  /** The block's first address: the bridge's own. */
   gateway(index: number): string {
-    checkIndex(index);
-    return `${this.prefix16[0]}.${this.prefix16[1]}.${index}.1`;
+    return this.layout.block(index).gateway;
+  }
+
+  private checkIndex(index: number): void {
+    if (!this.layout.has(index)) throw new Error(`project network index must be 0…${this.layout.maxProjects - 1} (${this.layout.describe()}), not ${index}`);
   }
 
   netnsName(boxId: string): string {
@@ -201,6 +211,7 @@ export class CniNetwork implements NetworkDriver {
   async init(): Promise<void> {
     this.guarded.clear();
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
+    await this.lockLayout();
     // Bridged (same-bridge) traffic must pass iptables for the physdev rule to see it; and
     // forwarding must be on for outbound NAT (the bridge plugin turns it on anyway).
     await writeSysctl('/proc/sys/net/bridge/bridge-nf-call-iptables', '1', this.logger);
@@ -347,19 +358,63 @@ export class CniNetwork implements NetworkDriver {
   private async liveBridges(): Promise<number[]> {
     const out: number[] = [];
     for (const i of await this.ipamIndexes()) {
-      if (await exists(`/sys/class/net/${this.bridgeName(i)}`)) out.push(i);
+      if (this.layout.has(i) && (await exists(`/sys/class/net/${this.bridgeName(i)}`))) out.push(i);
     }
     return out.sort((a, b) => a - b);
   }
 
+  /** Indexes of every project network with IPAM state in this data dir, of this layout or not
+   *  (`destroyAll` and a layout change remove them all). */
   private async ipamIndexes(): Promise<number[]> {
-    const re = new RegExp(`^bh${this.hostTag}p(\\d{1,3})$`);
+    const re = new RegExp(`^bh${this.hostTag}p(\\d{1,7})$`);
     const names = await fs.promises.readdir(this.ipamDir).catch(() => [] as string[]);
-    return names.map((n) => re.exec(n)).filter((m): m is RegExpExecArray => m !== null && Number(m[1]) <= 255).map((m) => Number(m[1]));
+    return names.map((n) => re.exec(n)).filter((m): m is RegExpExecArray => m !== null).map((m) => Number(m[1]));
+  }
+
+  /** Every address host-local has leased in this data dir, whatever the layout. */
+  private async leasedAddresses(): Promise<string[]> {
+    const out: string[] = [];
+    const names = await fs.promises.readdir(this.ipamDir).catch(() => [] as string[]);
+    for (const n of names.filter((x) => x.startsWith(`bh${this.hostTag}p`))) {
+      for (const f of await fs.promises.readdir(path.join(this.ipamDir, n)).catch(() => [] as string[])) if (IPV4_RE.test(f)) out.push(f);
+    }
+    return out;
+  }
+
+  /** The layout lock (`layoutLock.ts`): recorded at the first init, held while a box holds an
+   *  address. Also the check a process that never ran init makes before its first attach. */
+  private lockLayout(): Promise<void> {
+    this.layoutChecked = lockLayout(this.dataDir, this.layout, this.layoutState(), this.logger);
+    return this.layoutChecked;
+  }
+
+  private checkLayout(): Promise<void> {
+    this.layoutChecked ??= checkLayout(this.dataDir, this.layout, this.layoutState()).catch((e: unknown) => {
+      this.layoutChecked = undefined;
+      throw e;
+    });
+    return this.layoutChecked;
+  }
+
+  /** Settled once the recorded layout was found to agree with this driver's. */
+  private layoutChecked?: Promise<void>;
+
+  private layoutState(): LayoutState {
+    return {
+      leased: () => this.leasedAddresses(),
+      // Nothing is addressed: bridges and state left of an earlier layout go (the bridges
+      // still carry its gateway addresses and routes).
+      dropAll: async () => {
+        for (const i of await this.ipamIndexes()) {
+          await run(['ip', 'link', 'delete', `${this.bridgePrefix}${i}`, 'type', 'bridge'], { allowFailure: true });
+          await fs.promises.rm(path.join(this.ipamDir, `bh${this.hostTag}p${i}`), { recursive: true, force: true });
+        }
+      },
+    };
   }
 
   /** No IPv6 on a bridge; strict reverse-path filtering: a packet routed from a bridge must
-   *  come from that bridge's /24. */
+   *  come from that bridge's block. */
   private async bridgeSysctls(index: number): Promise<void> {
     const name = this.bridgeName(index);
     await writeSysctl(`/proc/sys/net/ipv6/conf/${name}/disable_ipv6`, '1', this.logger);
@@ -474,7 +529,20 @@ export class CniNetwork implements NetworkDriver {
   }
 
   /**
-   * Removes the box's port chain and map entries. Idempotent.
+   * Removes the box's chain and its map entry for `veth` in one transaction, without listing
+   * the ruleset (which holds a chain per box on the host: listing it made a delete cost grow
+   * with the box count). False, with nothing changed, when that is not all there is (no such
+   * entry or chain, or another entry still jumping to the chain): `unprotectBox` then looks.
+   */
+  private async unprotectPort(boxId: string, veth: string): Promise<boolean> {
+    const t = this.portTable;
+    const c = this.portChain(boxId);
+    const res = await run(['nft', '-f', '-'], { input: `delete element bridge ${t} ports { "${veth}" }\nflush chain bridge ${t} ${c}\ndelete chain bridge ${t} ${c}\n`, allowFailure: true });
+    return res.exitCode === 0;
+  }
+
+  /**
+   * Removes the box's port chain and map entries, whatever they are. Idempotent.
    */
   private async unprotectBox(boxId: string, ruleset?: NftObject[]): Promise<void> {
     const rs = ruleset ?? (await this.nftRuleset());
@@ -505,7 +573,7 @@ export class CniNetwork implements NetworkDriver {
   private async leases(): Promise<Map<string, string>> {
     const out = new Map<string, string>();
     const prefix = `bh${this.hostTag}-`;
-    for (const i of await this.ipamIndexes()) {
+    for (const i of (await this.ipamIndexes()).filter((x) => this.layout.has(x))) {
       const dir = path.join(this.ipamDir, this.networkName(i));
       for (const name of await fs.promises.readdir(dir).catch(() => [] as string[])) {
         if (!IPV4_RE.test(name)) continue;
@@ -519,6 +587,7 @@ export class CniNetwork implements NetworkDriver {
   // ---------------------------------------------------------------- CNI
 
   private bridgeConf(index: number): Record<string, unknown> {
+    const b = this.layout.block(index);
     return {
       cniVersion: CNI_VERSION,
       name: this.networkName(index),
@@ -531,7 +600,8 @@ export class CniNetwork implements NetworkDriver {
       // Frames from the veth must carry the container's MAC (nftables `bridge nat`, via nft).
       ipam: {
         type: 'host-local',
-        ranges: [[{ subnet: this.subnet(index), gateway: this.gateway(index) }]],
+        // The block but its network, gateway and broadcast addresses.
+        ranges: [[{ subnet: b.cidr, gateway: b.gateway, rangeStart: b.rangeStart, rangeEnd: b.rangeEnd }]],
         dataDir: this.ipamDir,
       },
     };
@@ -577,8 +647,7 @@ export class CniNetwork implements NetworkDriver {
     if (res.exitCode !== 0) return { present: false, address: null, mac: null, peerIndex: null };
     try {
       const [l] = JSON.parse(res.stdout) as { address?: string; link_index?: number; addr_info?: { family: string; local: string }[] }[];
-      const want = `${this.prefix16[0]}.${this.prefix16[1]}.`;
-      const address = l?.addr_info?.find((a) => a.family === 'inet' && a.local.startsWith(want))?.local ?? null;
+      const address = l?.addr_info?.find((a) => a.family === 'inet' && this.layout.inSubnet(a.local))?.local ?? null;
       return { present: true, address, mac: l?.address ?? null, peerIndex: l?.link_index ?? null };
     } catch {
       return { present: true, address: null, mac: null, peerIndex: null };
@@ -596,6 +665,7 @@ export class CniNetwork implements NetworkDriver {
   }
 
   async attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment> {
+    await this.checkLayout();
     const index = net.index;
     const gateway = this.gateway(index);
     const netnsPath = this.netnsPath(boxId);
@@ -604,7 +674,7 @@ export class CniNetwork implements NetworkDriver {
     // that ADD fail, which undoes it, and the job's retry attaches.
     if ((await this.netnsExists(boxId)) && (await exists(this.attachedMark(boxId)))) {
       const eth0 = await this.eth0(boxId);
-      if (eth0.address?.startsWith(`${this.prefix16[0]}.${this.prefix16[1]}.${index}.`)) {
+      if (eth0.address && this.layout.holds(index, eth0.address)) {
         const lo = await run(['ip', '-n', this.netnsName(boxId), '-j', 'link', 'show', 'dev', 'lo'], { allowFailure: true });
         // The mark is written after the port chain: an attached box with its mark is guarded.
         if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address: eth0.address, gateway };
@@ -635,7 +705,7 @@ export class CniNetwork implements NetworkDriver {
       const address = v4.address.split('/')[0];
       await this.protectBox(boxId, { veth, mac, address });
       await fs.promises.mkdir(path.dirname(this.attachedMark(boxId)), { recursive: true, mode: 0o700 });
-      await fs.promises.writeFile(this.attachedMark(boxId), address, { mode: 0o600 });
+      await fs.promises.writeFile(this.attachedMark(boxId), `${address}\n${veth}\n`, { mode: 0o600 });
       this.logger?.debug({ boxId, index, ms: Date.now() - t0 }, 'cni add');
       return { netnsPath, address, gateway };
     } catch (e) {
@@ -672,18 +742,28 @@ export class CniNetwork implements NetworkDriver {
     return false;
   }
 
-  /** Written once a box is attached and guarded; removed by its detach. */
+  /** Written once a box is attached and guarded (its address and host-side veth); removed by
+   *  its detach. */
   private attachedMark(boxId: string): string {
     return path.join(this.dataDir, 'cni', 'attached', boxId);
   }
 
+  /** The veth the box's mark names; undefined without a mark or for one of an older version
+   *  (the address alone). */
+  private async markedVeth(boxId: string): Promise<string | undefined> {
+    const [, veth] = (await fs.promises.readFile(this.attachedMark(boxId), 'utf8').catch(() => '')).split('\n');
+    return veth && IFNAME_RE.test(veth) ? veth : undefined;
+  }
+
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {
     const t0 = Date.now();
+    const veth = await this.markedVeth(boxId);
     await fs.promises.rm(this.attachedMark(boxId), { force: true });
-    // DEL works (and frees the address) whether or not the netns is still there.
-    await this.cni('DEL', this.bridgeConf(net.index), boxId, 'eth0');
+    // DEL works (and frees the address) whether or not the netns is still there. A network
+    // outside the layout holds no lease (the layout lock): nothing to free.
+    if (this.layout.has(net.index)) await this.cni('DEL', this.bridgeConf(net.index), boxId, 'eth0');
     // After DEL: the veth is gone, so dropping its chain opens nothing.
-    await this.unprotectBox(boxId);
+    if (!veth || !(await this.unprotectPort(boxId, veth))) await this.unprotectBox(boxId);
     const res = await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
     if (res.exitCode !== 0 && (await this.netnsExists(boxId))) {
       throw new CommandError(['ip', 'netns', 'delete', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
@@ -712,13 +792,16 @@ export class CniNetwork implements NetworkDriver {
    * while it works is what a concurrent `attach` checks (`checkBridgeKept`).
    */
   async releaseProject(net: ProjectNetwork): Promise<boolean> {
+    // Outside the layout: the layout lock removed its bridge and state when the layout changed.
+    if (!this.layout.has(net.index)) return true;
     const name = this.bridgeName(net.index);
     await fs.promises.mkdir(this.releaseDir, { recursive: true, mode: 0o700 });
     const mark = path.join(this.releaseDir, `${net.index}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`);
     await fs.promises.writeFile(mark, '');
     try {
-      const ports = await run(['ip', '-j', 'link', 'show', 'master', name], { allowFailure: true });
-      if (ports.exitCode === 0 && ports.stdout.trim() && ports.stdout.trim() !== '[]') return false;
+      // The bridge's ports, from sysfs: no process, and no listing of every link on the host.
+      const ports = await fs.promises.readdir(`/sys/class/net/${name}/brif`).catch(() => [] as string[]);
+      if (ports.length > 0) return false;
       const del = await run(['ip', 'link', 'delete', name, 'type', 'bridge'], { allowFailure: true });
       if (del.exitCode !== 0 && (await exists(`/sys/class/net/${name}`))) throw new CommandError(['ip', 'link', 'delete', name], del.exitCode, del.stdout, del.stderr);
       const ipt = await this.iptables();
@@ -742,7 +825,7 @@ export class CniNetwork implements NetworkDriver {
     }
     // Bridges this data dir made (named by its IPAM state).
     for (const i of await this.ipamIndexes()) {
-      await run(['ip', 'link', 'delete', this.bridgeName(i), 'type', 'bridge'], { allowFailure: true });
+      await run(['ip', 'link', 'delete', `${this.bridgePrefix}${i}`, 'type', 'bridge'], { allowFailure: true });
     }
     const br = `${this.bridgePrefix}+`;
     const ipt = await this.iptables().catch(() => null);
@@ -769,24 +852,16 @@ export class CniNetwork implements NetworkDriver {
   }
 }
 
-function checkIndex(index: number): void {
-  if (!Number.isInteger(index) || index < 0 || index > 255) throw new Error(`project network index must be 0…255, not ${index}`);
-}
-
 /** An IPv4 address or CIDR as `iptables -S` prints it (`a.b.c.d/n`, host bits cleared);
  *  null when it is neither. */
 export function canonicalCidr(s: string): string | null {
   const [addr, bits, ...rest] = s.trim().split('/');
-  const m = IPV4_RE.exec(addr);
-  if (!m || rest.length > 0) return null;
-  const octets = m.slice(1, 5).map(Number);
-  if (octets.some((o) => o > 255)) return null;
+  const value = parseIpv4(addr);
+  if (value === null || rest.length > 0) return null;
   const prefix = bits === undefined ? 32 : /^\d{1,2}$/.test(bits) ? Number(bits) : NaN;
   if (!(prefix >= 0 && prefix <= 32)) return null;
-  const value = octets.reduce((acc, o) => acc * 256 + o, 0);
   const size = 2 ** (32 - prefix);
-  const net = Math.floor(value / size) * size;
-  return `${[24, 16, 8, 0].map((shift) => Math.floor(net / 2 ** shift) % 256).join('.')}/${prefix}`;
+  return `${formatIpv4(Math.floor(value / size) * size)}/${prefix}`;
 }
 
 /** iptables -S prints rules normalised; compare loosely (order and words). */

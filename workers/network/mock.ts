@@ -1,13 +1,8 @@
+import { formatIpv4, NetLayout, parseIpv4 } from '../../core/netblocks';
 import type { NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
 import { WithFaults } from '../mockFaults';
 
 type Method = keyof NetworkDriver;
-
-/** Host numbers a project's /24 hands out: .1 is the gateway, .255 broadcast. */
-const FIRST_HOST = 2;
-const LAST_HOST = 254;
-
-const prefix = (index: number) => `10.250.${index}`;
 
 /**
  * NetworkDriver in memory, for tests that need no root and no CNI. Models what the CNI driver
@@ -19,6 +14,12 @@ export class MockNetwork extends WithFaults<Method> implements NetworkDriver {
   private readonly netns = new Set<string>();
   /** Project index → box id → address. */
   private readonly leases = new Map<number, Map<string, string>>();
+
+  /** The blocks it hands addresses from, as the CNI driver's (default: a /24 per project of
+   *  10.250.0.0/16, so project i's first box is 10.250.i.2). */
+  constructor(readonly layout = new NetLayout('10.250.0.0/16', 24)) {
+    super();
+  }
 
 
   /** The addresses leased on one project network, by box id (for assertions). */
@@ -41,16 +42,18 @@ export class MockNetwork extends WithFaults<Method> implements NetworkDriver {
     this.netns.add(boxId);
     const leases = this.leases.get(net.index) ?? new Map<string, string>();
     this.leases.set(net.index, leases);
+    const block = this.layout.block(net.index);
     let address = leases.get(boxId);
     if (address === undefined) {
       const taken = new Set(leases.values());
-      for (let host = FIRST_HOST; host <= LAST_HOST && address === undefined; host++) {
-        if (!taken.has(`${prefix(net.index)}.${host}`)) address = `${prefix(net.index)}.${host}`;
+      for (let a = parseIpv4(block.rangeStart)!; a <= parseIpv4(block.rangeEnd)! && address === undefined; a++) {
+        if (!taken.has(formatIpv4(a))) address = formatIpv4(a);
       }
-      if (address === undefined) throw new Error(`project network ${net.index} has no free address`);
+      // host-local's own words, as the CNI driver's failure carries them.
+      if (address === undefined) throw new Error(`failed to allocate for range 0: no IP addresses available in range set: ${block.rangeStart}-${block.rangeEnd}`);
       leases.set(boxId, address);
     }
-    return { netnsPath: netnsPath(boxId), address, gateway: `${prefix(net.index)}.1` };
+    return { netnsPath: netnsPath(boxId), address, gateway: block.gateway };
   }
 
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {

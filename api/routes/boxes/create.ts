@@ -24,6 +24,6 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     pack: name().allow(null),
     tags: stringMap().allow(null),
   }),
-  responses: { ...acceptedResponses, 409: { description: 'the name is taken' } },
+  responses: { ...acceptedResponses, 409: { description: "the name is taken, no node has room, the project's network on the node has no free address, or no network is left for a new project" } },
   handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBox(api, identity, params.project, body), query.wait),
 });

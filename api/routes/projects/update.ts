@@ -16,6 +16,6 @@ export default defineRoute<{ quotas: Partial<Record<keyof ProjectQuotas, number 
   body: Joi.object({
     quotas: Joi.object({ boxes: limit(), cpus: limit(), ram_mb: limit(), storage_gb: limit(), volumes: limit() }).min(1).required(),
   }),
-  responses: { 200: { description: 'the project', schema: projectSchema } },
+  responses: { 200: { description: 'the project', schema: projectSchema }, 409: { description: 'a new project, and no network is left for one (BOXHOST_BOX_SUBNET / BOXHOST_PROJECT_PREFIX)' } },
   handler: async ({ api, params, body }) => ({ body: await setProjectQuotas(api, params.project, body.quotas) }),
 });
