@@ -187,7 +187,7 @@ export interface Node {
   heartbeat_at: string | null;
   capacity: ResourceCounts;
   /** What boxes may be promised in all: capacity × the node's overcommit ratios. */
-  allocatable: ResourceCounts;
+  allocatable: ResourceCounts & { boxes: number | null };
   committed: ResourceCounts & { boxes: number };
   created_at: string;
   updated_at: string;

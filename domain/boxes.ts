@@ -155,14 +155,14 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
     ({ source, base, node } = fork);
     config = { ...fork.config, ...(req.config ?? {}) };
-    await ctx.nodes.assertRoom(node, needOf(config));
+    await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
   } else {
     config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
     const row = await resolveBase(ctx, req.base ?? ctx.config.defaultBase);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
     // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
-    node = await ctx.nodes.place(config.region, needOf(config), await nodesWithoutAddress(ctx, project));
+    node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
   }
 
   const at = now();

@@ -24,9 +24,13 @@ export interface Need {
   cpus: number;
   ram_mb: number;
   storage_gb: number;
+  /** A new box root (a create or a fork; an update asks for none). */
+  boxes?: number;
 }
 
-type Resource = 'cpus' | 'ram_mb' | 'storage';
+/** `roots`: box roots its storage can mount (`alloc_boxes`; zfs-fuse mounts at most 1000
+ *  filesystems machine-wide). */
+type Resource = 'cpus' | 'ram_mb' | 'storage' | 'roots';
 
 /** The resources of `need` a node cannot promise on top of what it has promised (null
  *  allocatable: a node of an older version, which is not held to any). */
@@ -35,19 +39,38 @@ function shortOf(r: NodeRow, c: Committed, need: Need): Resource[] {
   if (need.cpus > 0 && r.alloc_cpus !== null && c.cpus + need.cpus > r.alloc_cpus) out.push('cpus');
   if (need.ram_mb > 0 && r.alloc_ram_mb !== null && c.ram_mb + need.ram_mb > r.alloc_ram_mb) out.push('ram_mb');
   if (need.storage_gb > 0 && r.alloc_disk_gb !== null && c.disk_gb + need.storage_gb > r.alloc_disk_gb) out.push('storage');
+  if ((need.boxes ?? 0) > 0 && r.alloc_boxes != null && c.boxes + (need.boxes ?? 0) > r.alloc_boxes) out.push('roots');
   return out;
 }
 
-/** The refusal: 507 insufficient_storage when storage alone is short on every node, else 409. */
+/** Storage is what runs out: its space, or what it can mount. */
+const isStorage = (res: Resource) => res === 'storage' || res === 'roots';
+
+const DETAIL: Record<Resource, { field: string; issue: string }> = {
+  cpus: { field: 'config.cpus', issue: 'no node has room for it' },
+  ram_mb: { field: 'config.ram_mb', issue: 'no node has room for it' },
+  storage: { field: 'config.storage_gb', issue: 'no node has room for it' },
+  roots: { field: 'name', issue: 'no node can mount another box root' },
+};
+
+/** The refusal: 507 insufficient_storage when storage (space or mounts) alone is short on every
+ *  node, else 409. */
 function noRoom(where: string, nodes: [NodeRow, Committed][], need: Need): BoxhostError {
   const shorts = nodes.map(([r, c]) => [r, c, shortOf(r, c, need)] as const);
   const what = (res: Resource, r: NodeRow, c: Committed) =>
-    res === 'cpus' ? `${c.cpus} of ${r.alloc_cpus} cpus` : res === 'ram_mb' ? `${c.ram_mb} of ${r.alloc_ram_mb} MB RAM` : `${c.disk_gb} of ${r.alloc_disk_gb} GB storage`;
+    res === 'cpus'
+      ? `${c.cpus} of ${r.alloc_cpus} cpus`
+      : res === 'ram_mb'
+        ? `${c.ram_mb} of ${r.alloc_ram_mb} MB RAM`
+        : res === 'storage'
+          ? `${c.disk_gb} of ${r.alloc_disk_gb} GB storage`
+          : `${c.boxes} of the ${r.alloc_boxes} box roots its storage can mount`;
   const why = shorts.map(([r, c, s]) => `node ${r.id} has ${s.map((res) => what(res, r, c)).join(', ')} promised`).join('; ');
-  const asked = `${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
-  const message = `${where} has room for ${asked} more: ${why}`;
-  const details = [...new Set(shorts.flatMap(([, , s]) => s))].map((res) => ({ field: res === 'storage' ? 'config.storage_gb' : `config.${res}`, issue: 'no node has room for it' }));
-  return new BoxhostError(shorts.every(([, , s]) => s.length === 1 && s[0] === 'storage') ? 'insufficient_storage' : 'conflict', message, details);
+  const asked = `${need.boxes ? `a box of ` : ''}${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
+  const all = [...new Set(shorts.flatMap(([, , s]) => s))];
+  const hint = all.includes('roots') ? ' (zfs-fuse mounts at most 1000 filesystems per machine; delete boxes there, or add a node)' : '';
+  const message = `${where} has room for ${asked} more: ${why}${hint}`;
+  return new BoxhostError(shorts.every(([, , s]) => s.length > 0 && s.every(isStorage)) ? 'insufficient_storage' : 'conflict', message, all.map((res) => DETAIL[res]));
 }
 
 /**
@@ -189,7 +212,7 @@ export class NodeDirectory {
       started_at: r.started_at,
       heartbeat_at: r.heartbeat_at,
       capacity: { cpus: r.cpus, ram_mb: r.ram_mb, disk_gb: r.disk_gb },
-      allocatable: { cpus: r.alloc_cpus ?? r.cpus, ram_mb: r.alloc_ram_mb ?? r.ram_mb, disk_gb: r.alloc_disk_gb ?? r.disk_gb },
+      allocatable: { cpus: r.alloc_cpus ?? r.cpus, ram_mb: r.alloc_ram_mb ?? r.ram_mb, disk_gb: r.alloc_disk_gb ?? r.disk_gb, boxes: r.alloc_boxes ?? null },
       committed: committed ?? EMPTY,
       created_at: r.created_at,
       updated_at: r.updated_at,

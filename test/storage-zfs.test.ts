@@ -12,6 +12,7 @@ import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';
 import { StorageInUseError, ZfsStorage } from '../workers/storage/zfs';
+import { ZFS_FUSE_MAX_MOUNTS, zfsFuseMounts } from '../workers/storage/zfsFuse';
 
 const hostTag = `zt${crypto.randomBytes(3).toString('hex')}`;
 const dataDir = fs.mkdtempSync(path.join(fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir(), `boxhost-zfs-${hostTag}-`));
@@ -228,6 +229,28 @@ t.test('box roots from a base, quota, forks, snapshots', async (t) => {
   t.ok((await datasets()).includes(`${pool}/bases/tiny`), 'name dataset stays while v2 exists');
   await storage.destroyBase(otherBase);
   t.notOk((await datasets()).includes(`${pool}/bases/tiny`), 'name dataset goes with its last version');
+});
+
+t.test('rootLimit: what zfs-fuse can still mount, box roots of this pool not counted against it', async (t) => {
+  if (!storage.restartable) {
+    t.equal(await storage.rootLimit(), null, 'kernel ZFS: no limit');
+    return;
+  }
+  const others = () => zfsFuseMounts().filter((m) => !m.startsWith(`${pool}/boxes/`)).length;
+  const before = await storage.rootLimit();
+  t.equal(before, ZFS_FUSE_MAX_MOUNTS - others() - 16, 'the limit less every other mount and the reserve');
+  t.ok(zfsFuseMounts().includes(`${pool}/bases`), 'this pool\'s own datasets are seen as mounts');
+  const id = 'bzfsroots';
+  await storage.createBoxRoot(id, { kind: 'base', base }, 1);
+  t.ok(zfsFuseMounts().includes(`${pool}/boxes/${id}`), 'the new root is mounted');
+  t.equal(await storage.rootLimit(), before, 'a root of its own does not lower it (admission counts box rows)');
+  await storage.destroyBoxRoot(id);
+  t.notOk(zfsFuseMounts().includes(`${pool}/boxes/${id}`));
+  t.same(
+    zfsFuseMounts('1 2 0:1 / /a rw - fuse.zfs tank/boxes/x rw\n2 1 0:2 / /b rw - fuse kstat rw\n3 1 0:3 / /c rw shared:1 - ext4 /dev/vda rw\n'),
+    ['tank/boxes/x'],
+    'mountinfo: only fuse.zfs mounts, by source (optional fields before the separator)',
+  );
 });
 
 t.test('a fork whose clone never happened leaves no snapshot behind', async (t) => {

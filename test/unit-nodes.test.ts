@@ -666,6 +666,38 @@ t.test('NodeDirectory', async (t) => {
     );
   });
 
+  t.test('place and assertRoom: a node holds no more box roots than its storage can mount', async (t) => {
+    // roots-a can mount 2 roots and holds 2; roots-b mounts 3 and holds 1, with less RAM free.
+    await addNode('roots-a', { region: 'roots', ram_mb: 64000, alloc_boxes: 2 });
+    await addBox('roots-a', { cpus: 0, ram_mb: 10 });
+    await addBox('roots-a', { cpus: 0, ram_mb: 10 });
+    await addNode('roots-b', { region: 'roots', ram_mb: 2048, alloc_boxes: 3 });
+    await addBox('roots-b', { cpus: 0, ram_mb: 10 });
+    const NEW = { ...SMALL, boxes: 1 };
+    t.equal(await dir().place('roots', NEW), 'roots-b', 'the node with RAM to spare is full of roots: passed over');
+    t.equal(await dir().place('roots', SMALL), 'roots-a', 'an ask for no new root (an update) is not held to it');
+    await addBox('roots-b', { cpus: 0, ram_mb: 10 });
+    await addBox('roots-b', { cpus: 0, ram_mb: 10 });
+    const e = await failure(dir().place('roots', NEW));
+    t.equal(e.code, 'insufficient_storage', 'mounts are storage: 507');
+    t.equal(
+      e.message,
+      'no node of region roots has room for a box of 1 cpus, 64 MB RAM, 1 GB storage more: node roots-a has 2 of the 2 box roots its storage can mount promised; ' +
+        'node roots-b has 3 of the 3 box roots its storage can mount promised (zfs-fuse mounts at most 1000 filesystems per machine; delete boxes there, or add a node)',
+    );
+    t.same(e.details, [{ field: 'name', issue: 'no node can mount another box root' }]);
+    const fork = await failure(dir().assertRoom('roots-b', NEW));
+    t.equal(fork.code, 'insufficient_storage', 'a fork on a full node too');
+    await dir().assertRoom('roots-b', { cpus: 0, ram_mb: 1, storage_gb: 0 });
+    t.pass('a box on it may still grow');
+    // A heartbeat carries the limit as the storage reads it now.
+    await nodesRepo.heartbeat(db, 'roots-b', 'ok', 4);
+    t.equal(await dir().place('roots', NEW), 'roots-b', 'room again once the heartbeat says so');
+    t.equal((await dir().list()).find((n) => n.id === 'roots-b')?.allocatable.boxes, 4);
+    await nodesRepo.heartbeat(db, 'roots-b', 'ok');
+    t.equal((await nodesRepo.get(db, 'roots-b'))?.alloc_boxes, 4, 'a heartbeat that does not say keeps it');
+  });
+
   t.test('place: an unknown region → invalid_argument on config.region', async (t) => {
     const e = await failure(dir().place('mars', SMALL));
     t.equal(e.code, 'invalid_argument');

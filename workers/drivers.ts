@@ -41,6 +41,9 @@ export interface StorageDriver {
   health(): Promise<void>;
   /** Bytes the pool can hold for boxes (used + available). */
   capacityBytes(): Promise<number>;
+  /** How many box roots the node can hold in all (what its storage can mount), or null when
+   *  only space bounds them. Cheap, and answers while the storage hangs. */
+  rootLimit(): Promise<number | null>;
   /** Never throws, never takes (much) longer than `timeoutMs`. */
   probe(timeoutMs: number): Promise<StorageProbe>;
   /** Whether `restart` can bring a dead or hung storage back (a daemon this host runs). */

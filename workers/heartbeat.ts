@@ -19,6 +19,8 @@ export async function describeNode(opts: {
   cpus?: number;
   ramMb?: number;
   diskBytes: number;
+  /** StorageDriver.rootLimit: box roots the storage can hold (null: no limit of its own). */
+  rootLimit?: number | null;
   overcommit: { cpu: number; ram: number; storage: number };
 }): Promise<NodeRegistration> {
   const cpus = opts.cpus ?? os.cpus().length;
@@ -36,6 +38,8 @@ export async function describeNode(opts: {
     alloc_cpus: Math.floor(cpus * opts.overcommit.cpu),
     alloc_ram_mb: Math.floor(ramMb * opts.overcommit.ram),
     alloc_disk_gb: Math.floor(diskGb * opts.overcommit.storage),
+    // Mounts are not overcommitted: a root past the limit cannot be mounted at all.
+    alloc_boxes: opts.rootLimit ?? null,
     version: opts.version,
   };
 }
@@ -45,7 +49,14 @@ export async function describeNode(opts: {
  * what its storage says. The api counts the node down once the heartbeat is older than
  * BOXHOST_NODE_TIMEOUT_SECS; a node that stops cleanly signs off at once.
  */
-export async function startHeartbeat(db: Db, node: LocalNode, registration: NodeRegistration, intervalMs: number, log: Logger): Promise<Heartbeat> {
+export async function startHeartbeat(
+  db: Db,
+  node: LocalNode,
+  registration: NodeRegistration,
+  intervalMs: number,
+  log: Logger,
+  rootLimit?: () => Promise<number | null>,
+): Promise<Heartbeat> {
   await nodesRepo.register(db, registration);
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -53,8 +64,10 @@ export async function startHeartbeat(db: Db, node: LocalNode, registration: Node
   const tick = async () => {
     try {
       const storage = await node.storageHealth();
+      // Other hosts' mounts come and go on the machine: the limit is read again each beat.
+      const allocBoxes = rootLimit ? await rootLimit().catch(() => undefined) : undefined;
       // No row: an admin forgot this node while it was hung. It is alive: register again.
-      if (!stopped && (await nodesRepo.heartbeat(db, registration.id, storage)) === 0) await nodesRepo.register(db, registration);
+      if (!stopped && (await nodesRepo.heartbeat(db, registration.id, storage, allocBoxes)) === 0) await nodesRepo.register(db, { ...registration, alloc_boxes: allocBoxes ?? registration.alloc_boxes });
     } catch (e) {
       log.warn({ err: (e as Error).message }, 'heartbeat not written');
     }

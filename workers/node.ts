@@ -103,8 +103,9 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
         ramMb: config.nodeRamMb,
         overcommit: config.overcommit,
         diskBytes: await drivers.storage.capacityBytes(),
+        rootLimit: await drivers.storage.rootLimit(),
       });
-      const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log);
+      const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log, () => drivers.storage.rootLimit());
       closers.push(() => heartbeat.stop());
     }
     // One watchdog per machine's node: a `worker` process beside it leaves the storage to it.

@@ -4,6 +4,7 @@ import * as m002 from './002_boxes';
 import * as m003 from './003_nodes';
 import * as m004 from './004_admission';
 import * as m005 from './005_storage_watchdog';
+import * as m006 from './006_root_limit';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -13,6 +14,7 @@ const all: Record<string, Migration> = {
   '003_nodes': m003,
   '004_admission': m004,
   '005_storage_watchdog': m005,
+  '006_root_limit': m006,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

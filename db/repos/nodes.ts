@@ -17,6 +17,9 @@ export interface NodeRow {
   alloc_cpus: number | null;
   alloc_ram_mb: number | null;
   alloc_disk_gb: number | null;
+  /** How many box roots its storage can hold mounted in all (null: no such limit; zfs-fuse
+   *  mounts at most 1000 filesystems machine-wide). Refreshed with every heartbeat. */
+  alloc_boxes: number | null;
   version: string;
   started_at: string;
   heartbeat_at: string | null;
@@ -37,7 +40,8 @@ export interface Committed {
   boxes: number;
 }
 
-export type NodeRegistration = Pick<NodeRow, 'id' | 'name' | 'region' | 'agent_url' | 'cpus' | 'ram_mb' | 'disk_gb' | 'alloc_cpus' | 'alloc_ram_mb' | 'alloc_disk_gb' | 'version'>;
+export type NodeRegistration = Pick<NodeRow, 'id' | 'name' | 'region' | 'agent_url' | 'cpus' | 'ram_mb' | 'disk_gb' | 'alloc_cpus' | 'alloc_ram_mb' | 'alloc_disk_gb' | 'version'> &
+  Partial<Pick<NodeRow, 'alloc_boxes'>>;
 
 export const nodesRepo = {
   get: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).first(),
@@ -46,11 +50,13 @@ export const nodesRepo = {
   async register(db: Db, n: NodeRegistration): Promise<void> {
     const at = now();
     await db<NodeRow>('nodes')
-      .insert({ ...n, state: 'active', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at })
+      .insert({ alloc_boxes: null, ...n, state: 'active', started_at: at, heartbeat_at: at, storage: 'ok', created_at: at, updated_at: at })
       .onConflict('id')
-      .merge(['name', 'region', 'agent_url', 'cpus', 'ram_mb', 'disk_gb', 'alloc_cpus', 'alloc_ram_mb', 'alloc_disk_gb', 'version', 'started_at', 'heartbeat_at', 'storage', 'updated_at']);
+      .merge(['name', 'region', 'agent_url', 'cpus', 'ram_mb', 'disk_gb', 'alloc_cpus', 'alloc_ram_mb', 'alloc_disk_gb', 'alloc_boxes', 'version', 'started_at', 'heartbeat_at', 'storage', 'updated_at']);
   },
-  heartbeat: (db: Db, id: string, storage: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: now(), storage }),
+  /** `allocBoxes`: the node's root limit as its storage says now (undefined: unchanged). */
+  heartbeat: (db: Db, id: string, storage: string, allocBoxes?: number | null) =>
+    db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: now(), storage, ...(allocBoxes === undefined ? {} : { alloc_boxes: allocBoxes }) }),
   /** A node that stops cleanly says so at once, instead of letting its heartbeat age. */
   signOff: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).update({ heartbeat_at: null, updated_at: now() }),
   /** The storage watchdog brought the node's storage back once more. */

@@ -36,7 +36,7 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   private readonly bases = new Map<string, { base: BaseRef; sizeBytes: number }>();
   private readonly roots = new Map<string, MockBoxRoot>();
 
-  constructor(private readonly opts: { capacityGb?: number; mountRoot?: string } = {}) {
+  constructor(private readonly opts: { capacityGb?: number; mountRoot?: string; rootLimit?: number } = {}) {
     super();
   }
 
@@ -77,6 +77,11 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   async capacityBytes(): Promise<number> {
     this.fault('capacityBytes');
     return (this.opts.capacityGb ?? 20) * 1024 ** 3;
+  }
+
+  /** `rootLimit` option: a node that can hold that many roots (default: no limit). */
+  async rootLimit(): Promise<number | null> {
+    return this.opts.rootLimit ?? null;
   }
 
   async hasBase(base: BaseRef): Promise<boolean> {

@@ -30,7 +30,7 @@ import { settleWithin } from '../../core/timeout';
 import { shiftTree } from '../bases/idShift';
 import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
 import { fuseMountsOf, isPrivateMount, mountedUnder, mountFlags, processAlive, removeEmptyDirs } from './hostFs';
-import { isDaemonDown, ZFS_FUSE, ZfsFuseDaemon } from './zfsFuse';
+import { isDaemonDown, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
 
 export interface ZfsStorageOptions {
   dataDir: string;
@@ -57,6 +57,8 @@ export class StorageInUseError extends Error {
   }
 }
 
+/** zfs-fuse mounts kept for what a node mounts besides box roots once it runs (`rootLimit`). */
+const ROOT_MOUNT_RESERVE = 16;
 // zfs-fuse can hang when its daemon wedges; a bounded wait turns that into an error.
 const CMD_TIMEOUT_MS = 120_000;
 // "dataset is busy" right after use clears within ~10-30 ms here; 12 tries cover ~6 s.
@@ -177,6 +179,21 @@ export class ZfsStorage implements StorageDriver {
   /** zfs-fuse serves the pool (installed, and no kernel module's /dev/zfs). */
   get restartable(): boolean {
     return this.daemon.installed && !fs.existsSync('/dev/zfs');
+  }
+
+  /**
+   * How many box roots this node can hold mounted in all, or null without a limit (kernel ZFS).
+   * zfs-fuse mounts at most ZFS_FUSE_MAX_MOUNTS filesystems machine-wide: what every other
+   * mount takes (other pools, this pool's bases and layout datasets) and a reserve for what
+   * this node mounts besides roots (a project's first box mounts its shifted base) are not for
+   * roots. The node reports it with every heartbeat; admission counts box rows against it
+   * (docs/security.md "Admission").
+   */
+  async rootLimit(): Promise<number | null> {
+    if (!this.restartable) return null;
+    const mounts = zfsFuseMounts();
+    const roots = mounts.filter((m) => m.startsWith(`${this.root}/boxes/`)).length;
+    return Math.max(0, ZFS_FUSE_MAX_MOUNTS - (mounts.length - roots) - ROOT_MOUNT_RESERVE);
   }
 
   /**

@@ -86,3 +86,21 @@ export class ZfsFuseDaemon {
     this.log.warn({ pids: [...pids] }, 'killed the zfs-fuse daemon');
   }
 }
+
+/**
+ * zfs-fuse mounts at most this many filesystems, machine-wide (MAX_FILESYSTEMS in its
+ * src/zfs-fuse/fuse_listener.c): past it `zfs clone` succeeds, its mount is undone, and the
+ * dataset stays busy. Kernel ZFS has no such limit.
+ */
+export const ZFS_FUSE_MAX_MOUNTS = 1000;
+
+/** The sources (dataset names) of the zfs-fuse filesystems mounted on the machine, every pool's
+ *  (`fuse.zfs` in mountinfo). Reads /proc only: answers while the daemon is hung. */
+export function zfsFuseMounts(mountinfo = fs.readFileSync('/proc/self/mountinfo', 'utf8')): string[] {
+  const out: string[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const [fstype, source] = line.split(' - ')[1]?.split(' ') ?? [];
+    if (fstype === 'fuse.zfs' && source) out.push(source);
+  }
+  return out;
+}

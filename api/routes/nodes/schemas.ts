@@ -20,7 +20,10 @@ export const nodeSchema = Joi.object({
   started_at: timestamp().required(),
   heartbeat_at: timestamp().allow(null).required(),
   capacity: counts.required(),
-  allocatable: counts.required().description('capacity × the node\'s overcommit ratios: what boxes may be promised in all'),
+  allocatable: counts
+    .keys({ boxes: Joi.number().integer().min(0).allow(null).description('box roots its storage can hold mounted in all (null: no such limit)') })
+    .required()
+    .description('capacity × the node\'s overcommit ratios: what boxes may be promised in all'),
   committed: counts.keys({ boxes: Joi.number().integer() }).required(),
   created_at: timestamp().required(),
   updated_at: timestamp().required(),
