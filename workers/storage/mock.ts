@@ -64,8 +64,11 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   /** For `hung`: what did not answer (StorageProbe.scope). */
   probeScope: StorageProbe['scope'] = 'daemon';
 
+  /** For `hung`: the daemon's CPU time each look reports (StorageProbe.cpuMs; undefined: none). */
+  probeCpuMs: (() => number) | undefined;
+
   async probe(): Promise<StorageProbe> {
-    return { state: this.probeState, scope: this.probeState === 'hung' ? this.probeScope : undefined, detail: `mock storage ${this.probeState}` };
+    return { state: this.probeState, scope: this.probeState === 'hung' ? this.probeScope : undefined, detail: `mock storage ${this.probeState}`, cpuMs: this.probeCpuMs?.() };
   }
 
   async restart(): Promise<void> {
