@@ -31,9 +31,6 @@ export interface StorageProbe {
   /** For `hung`: `only-mounts` when the pool's daemon answered and only the statfs of its
    *  mounted root did not (a data path slowed by heavy destroys, or stuck). */
   scope?: 'daemon' | 'only-mounts';
-  /** CPU time the storage daemon has used in all (ms), where there is one to read: a daemon
-   *  that works while it does not answer is slow, one that uses none is stuck. */
-  cpuMs?: number;
 }
 
 export interface StorageDriver {

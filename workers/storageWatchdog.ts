@@ -23,10 +23,6 @@ export interface StorageWatchdog {
 
 /** A look never waits longer than this (a hung storage is seen as several missed looks). */
 const PROBE_TIMEOUT_MS = 10_000;
-/** A daemon that used at least this much CPU per second of silence is at work, not stuck. */
-const BUSY_CPU_MS_PER_S = 20;
-/** How long a daemon at work may stay silent, in hang times, before it is restarted anyway. */
-const BUSY_HANGS = 4;
 /** After a recovery that failed, the next attempt waits this long (doubling up to 5 min). */
 const RETRY_MS = 5_000;
 
@@ -60,8 +56,6 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
 
   const loop = async () => {
     let troubleSince = 0;
-    /** The daemon's CPU time at the first look that found it hung. */
-    let troubleCpuMs: number | undefined;
     let retryMs = RETRY_MS;
     let reported = '';
     while (!stopped) {
@@ -70,9 +64,8 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
       if (stopped) break;
       state.last = probe;
       if (probe.state === 'ok' || probe.state === 'error') {
-        if (troubleSince) log.info({ probe, silentMs: Date.now() - troubleSince }, 'storage answers again');
+        if (troubleSince) log.info({ probe }, 'storage answers again');
         troubleSince = 0;
-        troubleCpuMs = undefined;
         retryMs = RETRY_MS;
         if (probe.state === 'error' && probe.detail !== reported) log.warn({ probe }, 'storage answers but is not usable; a restart would not mend it');
         reported = probe.state === 'error' ? probe.detail : '';
@@ -80,31 +73,22 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
         continue;
       }
       // Trouble since the look that first found it began (a hung look took its whole timeout).
-      if (!troubleSince) {
-        troubleSince = lookedAt;
-        troubleCpuMs = probe.cpuMs;
-      }
+      troubleSince ||= lookedAt;
       // Dead: seen twice (a look racing a daemon another process is starting is not enough).
       // Hung: no answer for hangMs.
       // A daemon that still answers `zpool list` while a statfs of its root waits is given twice
       // as long: under 20 concurrent destroys of hundreds of roots zfs-fuse's data path has
       // stalled for over 30 s and come back by itself (seen at 600 boxes), and a restart costs
       // every box a restart; a daemon that answers nothing is hung for sure.
-      // A daemon that keeps using CPU while it does not answer is at work (hundreds of mounts
-      // and clones queue behind one lock in zfs-fuse); the deadlock this is for leaves every
-      // thread waiting on a futex, using none. At work, it is given BUSY_HANGS hang times.
-      const silentMs = Date.now() - troubleSince;
-      const busy = probe.cpuMs !== undefined && troubleCpuMs !== undefined && probe.cpuMs - troubleCpuMs >= (BUSY_CPU_MS_PER_S * silentMs) / 1000;
-      const hangMs = Math.max(probe.scope === 'only-mounts' ? 2 * opts.hangMs : opts.hangMs, busy ? BUSY_HANGS * opts.hangMs : 0);
-      const due = probe.state === 'dead' ? await confirm(opts.storage) : silentMs >= hangMs;
+      const hangMs = probe.scope === 'only-mounts' ? 2 * opts.hangMs : opts.hangMs;
+      const due = probe.state === 'dead' ? await confirm(opts.storage) : Date.now() - troubleSince >= hangMs;
       if (stopped) break;
       if (!due) {
         // Looked at again soon, not in a tight loop (a look that fails fast must not spin).
         await nap(Math.min(opts.intervalMs, 1000));
         continue;
       }
-      const cpu = busy ? `, though its daemon used ${probe.cpuMs! - troubleCpuMs!} ms of CPU meanwhile` : probe.cpuMs !== undefined && troubleCpuMs !== undefined ? ', its daemon using no CPU' : '';
-      const why = probe.state === 'dead' ? `storage died (${probe.detail})` : `storage hung (${probe.detail}; no answer for ${Math.round((Date.now() - troubleSince) / 1000)} s${cpu})`;
+      const why = probe.state === 'dead' ? `storage died (${probe.detail})` : `storage hung (${probe.detail}; no answer for ${Math.round((Date.now() - troubleSince) / 1000)} s)`;
       if (!opts.storage.restartable) {
         if (reported !== why) log.error({ probe }, `${why}; this storage cannot be restarted by boxhost: restart ZFS on the host`);
         reported = why;
@@ -118,7 +102,6 @@ export function startStorageWatchdog(opts: StorageWatchdogOptions): StorageWatch
         state.recoveries++;
         log.warn({ ms: Date.now() - t0, recoveries: state.recoveries }, 'storage recovered');
         troubleSince = 0;
-        troubleCpuMs = undefined;
         retryMs = RETRY_MS;
       } catch (e) {
         log.error({ err: (e as Error).message, ms: Date.now() - t0, retryInMs: retryMs }, 'storage recovery failed; trying again');

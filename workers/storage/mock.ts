@@ -64,11 +64,8 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   /** For `hung`: what did not answer (StorageProbe.scope). */
   probeScope: StorageProbe['scope'] = 'daemon';
 
-  /** For `hung`: the daemon's CPU time each look reports (StorageProbe.cpuMs; undefined: none). */
-  probeCpuMs: (() => number) | undefined;
-
   async probe(): Promise<StorageProbe> {
-    return { state: this.probeState, scope: this.probeState === 'hung' ? this.probeScope : undefined, detail: `mock storage ${this.probeState}`, cpuMs: this.probeCpuMs?.() };
+    return { state: this.probeState, scope: this.probeState === 'hung' ? this.probeScope : undefined, detail: `mock storage ${this.probeState}` };
   }
 
   async restart(): Promise<void> {

@@ -220,12 +220,7 @@ export class ZfsStorage implements StorageDriver {
     if (/not connected/i.test(fsys.stderr)) return { state: 'dead', detail: `${this.mountRoot}: transport endpoint is not connected` };
     if ((pool.exitCode !== 0 || fsys.exitCode !== 0) && (late() || pool.exitCode === -2 || fsys.exitCode === -2)) {
       const daemon = pool.exitCode !== 0;
-      return {
-        state: 'hung',
-        scope: daemon ? 'daemon' : 'only-mounts',
-        detail: `no answer within ${timeoutMs} ms (${daemon ? 'zpool list' : 'statfs of the pool root'})`,
-        cpuMs: this.restartable ? this.daemon.cpuMs() : undefined,
-      };
+      return { state: 'hung', scope: daemon ? 'daemon' : 'only-mounts', detail: `no answer within ${timeoutMs} ms (${daemon ? 'zpool list' : 'statfs of the pool root'})` };
     }
     if (pool.exitCode !== 0) return { state: 'error', detail: `zpool list: ${pool.stderr.trim()}` };
     if (fsys.exitCode !== 0) return { state: 'error', detail: `statfs ${this.mountRoot}: ${fsys.stderr.trim()}` };

@@ -24,22 +24,6 @@ export class ZfsFuseDaemon {
   }
 
   /** The daemon's pid (from its pidfile, checked against the process's name), or null. */
-  /** CPU time (user + system, ms) the running daemon has used, or undefined without one. */
-  cpuMs(): number | undefined {
-    const pid = this.pid();
-    if (pid === null) return undefined;
-    try {
-      // Fields after the command name (which may hold spaces and parentheses): utime and stime
-      // are the 14th and 15th of the line, in clock ticks (USER_HZ, 100 on Linux).
-      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const ticks = Number(f[11]) + Number(f[12]);
-      return Number.isFinite(ticks) ? ticks * 10 : undefined;
-    } catch {
-      return undefined;
-    }
-  }
-
   pid(): number | null {
     let pid: number;
     try {
