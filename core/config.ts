@@ -45,6 +45,8 @@ export interface Config {
   /** The storage watchdog (workers/storageWatchdog.ts): how often it looks (0: never), and how
    *  long the storage may give no answer before it counts as hung and is restarted. */
   storageWatchdog: { intervalMs: number; hangMs: number };
+  /** `zfs` commands a node runs at once per pool (workers/storage/zfs.ts). */
+  zfsConcurrency: number;
   nodeTimeoutMs: number;
   /** What a node offers: capacity × these (docs/security.md "Admission"). */
   overcommit: { cpu: number; ram: number; storage: number };
@@ -104,6 +106,7 @@ const envSchema = Joi.object({
   BOXHOST_HEARTBEAT_SECS: Joi.number().min(0.1).max(60).default(2),
   BOXHOST_STORAGE_WATCHDOG_SECS: Joi.number().min(0).max(3600).default(5),
   BOXHOST_STORAGE_HANG_SECS: Joi.number().min(1).max(3600).default(30),
+  BOXHOST_ZFS_CONCURRENCY: Joi.number().integer().min(1).max(256).default(4),
   BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
   BOXHOST_CPU_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(32),
   BOXHOST_RAM_OVERCOMMIT: Joi.number().min(0.1).max(100).default(1.5),
@@ -173,6 +176,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     redisPrefix: value.BOXHOST_REDIS_PREFIX,
     heartbeatMs: Math.round(value.BOXHOST_HEARTBEAT_SECS * 1000),
     storageWatchdog: { intervalMs: Math.round(value.BOXHOST_STORAGE_WATCHDOG_SECS * 1000), hangMs: Math.round(value.BOXHOST_STORAGE_HANG_SECS * 1000) },
+    zfsConcurrency: value.BOXHOST_ZFS_CONCURRENCY,
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
     overcommit: { cpu: value.BOXHOST_CPU_OVERCOMMIT, ram: value.BOXHOST_RAM_OVERCOMMIT, storage: value.BOXHOST_STORAGE_OVERCOMMIT },
     projectQuotas: {

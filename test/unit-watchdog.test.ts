@@ -2,6 +2,7 @@ import t, { type Test } from 'tap';
 import pino from 'pino';
 import { sleep } from '../core/command';
 import { MockStorage } from '../workers/storage/mock';
+import { Gate } from '../workers/storage/zfs';
 import { startStorageWatchdog } from '../workers/storageWatchdog';
 import type { StorageProbe } from '../workers/drivers';
 import { LocalNode } from '../workers/agent/localNode';
@@ -130,4 +131,25 @@ t.test('a root that does not answer while the daemon does is given twice as long
   t.same(recoveries, [], 'not after hangMs');
   for (let i = 0; i < 100 && recoveries.length === 0; i++) await sleep(20);
   t.equal(recoveries.length, 1, 'restarted after twice hangMs');
+});
+t.test('the zfs gate: at most its limit at once, in the order they came, a failure frees its place', async (t) => {
+  const gate = new Gate(2);
+  let running = 0;
+  let peak = 0;
+  const started: number[] = [];
+  const job = (i: number, fail = false) =>
+    gate.run(async () => {
+      started.push(i);
+      peak = Math.max(peak, ++running);
+      await sleep(10);
+      running--;
+      if (fail) throw new Error(`job ${i} failed`);
+      return i;
+    });
+  const results = await Promise.allSettled([job(0), job(1, true), job(2), job(3, true), job(4), job(5)]);
+  t.equal(peak, 2, 'never more than two at once');
+  t.same(started, [0, 1, 2, 3, 4, 5], 'first come, first run');
+  t.same(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+  t.same(gate.load, { active: 0, waiting: 0 }, 'every place given back, failed ones too');
+  t.equal(await job(6), 6, 'and it still runs work');
 });

@@ -21,7 +21,14 @@ export interface Drivers {
 /** The host drivers of this machine: ZFS, runc, CNI. */
 export function createDrivers(config: Config, log: Logger): Drivers {
   return {
-    storage: new ZfsStorage({ dataDir: config.dataDir, pool: config.zfsPool, poolSizeGb: config.poolSizeGb, hostTag: config.hostTag, logger: log.child({ driver: 'zfs' }) }),
+    storage: new ZfsStorage({
+      dataDir: config.dataDir,
+      pool: config.zfsPool,
+      poolSizeGb: config.poolSizeGb,
+      hostTag: config.hostTag,
+      concurrency: config.zfsConcurrency,
+      logger: log.child({ driver: 'zfs' }),
+    }),
     runtime: new RuncRuntime({ dataDir: config.dataDir, hostTag: config.hostTag, logger: log.child({ driver: 'runc' }) }),
     network: new CniNetwork({
       dataDir: config.dataDir,

@@ -38,6 +38,8 @@ export interface ZfsStorageOptions {
   pool?: string;
   poolSizeGb: number;
   hostTag: string;
+  /** `zfs` commands run at once on this pool by this process (BOXHOST_ZFS_CONCURRENCY; 4). */
+  concurrency?: number;
   logger?: DriverLogger;
 }
 
@@ -762,8 +764,16 @@ export class ZfsStorage implements StorageDriver {
 
   // ---------------------------------------------------------------- internals: datasets
 
+  /**
+   * Every `zfs` command goes through here, at most `concurrency` at once per pool in this
+   * process (docs/decisions.md "Storage"): twenty creates or deletes at once otherwise queue
+   * dozens of commands inside zfs-fuse, where the watchdog's `zpool list` and the health check
+   * wait behind them and a busy daemon looks hung. Those looks use `zpool`, which is not gated.
+   * A command holds its place only while it runs (never while waiting on another), so the gate
+   * cannot deadlock.
+   */
   private zfs(args: string[], allowFailure = false): Promise<RunResult> {
-    return run([this.zfsBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS });
+    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => run([this.zfsBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS }));
   }
 
   private zpool(args: string[], allowFailure = false): Promise<RunResult> {
@@ -921,6 +931,41 @@ function quotaArg(gb: number): string {
 const locks = new Map<string, Promise<unknown>>();
 
 /** Runs `fn` after every earlier call with the same key in this process has finished. */
+/** At most `limit` calls of `run` at once; the rest start in the order they came. */
+export class Gate {
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(readonly limit: number) {}
+
+  /** Calls running and waiting now. */
+  get load(): { active: number; waiting: number } {
+    return { active: this.active, waiting: this.waiting.length };
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.active >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.active++;
+    try {
+      return await fn();
+    } finally {
+      // The place passes straight to the next in line (active stays counted), or is freed.
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.active--;
+    }
+  }
+}
+
+const DEFAULT_ZFS_CONCURRENCY = 4;
+const gates = new Map<string, Gate>();
+/** One gate per pool in the process: several drivers of one pool (a test's, a node's) share it. */
+function gateOf(pool: string, limit: number): Gate {
+  let g = gates.get(pool);
+  if (!g) gates.set(pool, (g = new Gate(limit)));
+  return g;
+}
+
 function serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
   const next = (locks.get(key) ?? Promise.resolve()).then(fn, fn);
   const settled = next.catch(noop);
