@@ -20,6 +20,8 @@ export interface CallResult {
 export class SoakApi {
   /** 429 answers waited out (rate limit or exec caps). */
   throttled = 0;
+  /** 503 answers with Retry-After waited out (a node restarting its storage says so). */
+  unavailable = 0;
 
   constructor(
     readonly url: string,
@@ -32,8 +34,11 @@ export class SoakApi {
     const t0 = nowMs();
     for (let attempt = 0; ; attempt++) {
       const r = await this.once(method, p, body, timeoutMs);
-      if (r.status !== 429 || attempt >= 50) return { ...r, ms: nowMs() - t0 };
-      this.throttled++;
+      // What a careful client does: a 429, or a 503 that says when to come back, is waited out.
+      const retryable = r.status === 429 || (r.status === 503 && r.headers.get('retry-after') !== null);
+      if (!retryable || attempt >= 50) return { ...r, ms: nowMs() - t0 };
+      if (r.status === 429) this.throttled++;
+      else this.unavailable++;
       const after = Number(r.headers.get('retry-after'));
       await sleep((Number.isFinite(after) && after > 0 ? after : 1) * 1000);
     }

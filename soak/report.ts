@@ -46,6 +46,8 @@ export function formatSummary(r: SoakResult, resultsFile?: string): string {
     out.push(`round ${x.round}: operations: ${ops || 'none'}; healthz ${x.healthz.status}${x.healthz.waited_s > 1 ? ` after ${x.healthz.waited_s} s` : ''}; throttled ${x.counts['throttled (429, waited out)'] ?? 0}`);
     out.push(`  provoked (expected): ${kinds(x.provoked).join(', ') || 'none'}`);
     out.push(`  errors: ${kinds(x.errors).join(', ') || 'none'}`);
+    const outage = kinds(x.during_outage ?? {});
+    if (outage.length) out.push(`  errors inside a storage outage the watchdog mended (not failures): ${outage.join(', ')}; 503s waited out: ${x.counts['unavailable (503 with Retry-After, waited out)'] ?? 0}`);
     const retries = kinds(x.job_retries);
     if (retries.length) out.push(`  job steps retried: ${retries.slice(0, 6).join('; ')}${retries.length > 6 ? '; …' : ''}`);
     out.push(`  watchdog: ${x.watchdog.length ? x.watchdog.slice(0, 10).join('; ') : 'nothing logged'}`);

@@ -19,6 +19,12 @@
  *   - checks: operations (none unfinished, none failed), the listing (keepers only), leftovers
  *     on the machine, /healthz, what the storage watchdog logged.
  * After the last round: the keepers are deleted and nothing of any box may be left.
+ *
+ * Its client waits out a 429, and a 503 with Retry-After (a node restarting its storage says
+ * so). An error of a call that overlapped a storage outage the watchdog reported and mended
+ * (from the unanswered looks to its "storage recovered", ±10 s) is counted in `during_outage`,
+ * not as a failure: the soak shows that the node heals, not that nothing fails while its
+ * storage is down. An outage it did not mend excuses nothing.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -98,6 +104,8 @@ export interface RoundResult {
   operations: Record<string, { n: number; failed: number; max_ms: number }>;
   /** What the storage watchdog (or any storage recovery) logged during the round. */
   watchdog: string[];
+  /** Errors of calls that overlapped a storage outage the watchdog mended (not failures). */
+  during_outage: Record<string, number>;
   leftovers: Record<string, string[]>;
   healthz: { status: number; waited_s: number };
   /** Every failed check, with up to a few examples each. */
@@ -153,6 +161,8 @@ export function soakConfig(env: Record<string, string> = {}): Config {
 const BOX_CONFIG = { cpus: 1, ram_mb: 128, storage_gb: 1 };
 
 /** A log line that says the storage watchdog (or anything) noticed or recovered the storage. */
+/** How far around a mended storage outage an error still counts as the outage's. */
+const OUTAGE_MARGIN_MS = 10_000;
 const WATCHDOG_RE = /watchdog|storage.*(restart|recover|hung|dead|remount|stuck)|zfs-fuse.*(restart|kill|start)|(restart|recover).*(storage|zfs)/i;
 
 type Expected = 'running' | 'stopped' | 'gone';
@@ -208,10 +218,31 @@ class Tally {
   provoke(kind: string) {
     this.provoked[kind] = (this.provoked[kind] ?? 0) + 1;
   }
-  error(kind: string, detail: string) {
+  /** When each error's call ran (epoch ms), to tell the ones inside a storage outage. */
+  readonly spans: { kind: string; start: number; end: number }[] = [];
+  /** Errors of calls that overlapped a storage outage the watchdog reported and mended. */
+  readonly duringOutage: Record<string, number> = {};
+
+  error(kind: string, detail: string, start = Date.now()) {
     this.errors[kind] = (this.errors[kind] ?? 0) + 1;
+    this.spans.push({ kind, start, end: Date.now() });
     const ex = (this.examples[kind] ??= []);
     if (ex.length < 3) ex.push(detail.replace(/\s+/g, ' ').slice(0, 400));
+  }
+  /**
+   * Moves the errors of calls that overlapped one of `outages` out of `errors` into
+   * `duringOutage`: a box whose storage hung cannot answer until the watchdog brings it back,
+   * and the soak is there to show that it does, not that nothing fails while it is down.
+   */
+  excuse(outages: [number, number][]) {
+    for (const s of this.spans.splice(0)) {
+      if (!outages.some(([a, b]) => s.start <= b && s.end >= a)) continue;
+      this.duringOutage[s.kind] = (this.duringOutage[s.kind] ?? 0) + 1;
+      if (--this.errors[s.kind] === 0) {
+        delete this.errors[s.kind];
+        delete this.examples[s.kind];
+      }
+    }
   }
   failures(): string[] {
     return Object.entries(this.errors).map(([k, n]) => `${k}: ${n}× — ${this.examples[k].join(' | ')}`);
@@ -338,17 +369,18 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       command: string[],
       want: { exit: number | 'nonzero'; stdout?: string; stderr?: string; stdoutBytes?: number; provoked?: string; timeoutS?: number; sample?: string },
     ): Promise<boolean> => {
+      const t0 = Date.now();
       const r = await a.call('POST', `${boxPath(b)}/exec`, { command, timeout_secs: want.timeoutS ?? EXEC_TIMEOUT_S }, (EXEC_TIMEOUT_S + 30) * 1000);
       const what = `exec ${JSON.stringify(command).slice(0, 60)} in ${b.name}`;
-      if (r.status !== 200) return (tally.error(`exec: ${answerKind(r)}`, answerText(what, r)), false);
+      if (r.status !== 200) return (tally.error(`exec: ${answerKind(r)}`, answerText(what, r), t0), false);
       const res = r.body;
       const exitOk = want.exit === 'nonzero' ? res.exit_code !== 0 : res.exit_code === want.exit;
       const outOk =
         (want.stdout === undefined || res.stdout === want.stdout) &&
         (want.stderr === undefined || res.stderr === want.stderr) &&
         (want.stdoutBytes === undefined || (res.stdout?.length === want.stdoutBytes && !res.truncated));
-      if (!exitOk) return (tally.error(`exec: exit ${res.exit_code}`, `${what}: wanted ${want.exit}; stdout ${JSON.stringify(res.stdout).slice(0, 120)} stderr ${JSON.stringify(res.stderr).slice(0, 200)}`), false);
-      if (!outOk) return (tally.error('exec: wrong output', `${what}: stdout ${JSON.stringify(res.stdout).slice(0, 120)} (${res.stdout?.length} bytes) stderr ${JSON.stringify(res.stderr).slice(0, 120)}`), false);
+      if (!exitOk) return (tally.error(`exec: exit ${res.exit_code}`, `${what}: wanted ${want.exit}; stdout ${JSON.stringify(res.stdout).slice(0, 120)} stderr ${JSON.stringify(res.stderr).slice(0, 200)}`, t0), false);
+      if (!outOk) return (tally.error('exec: wrong output', `${what}: stdout ${JSON.stringify(res.stdout).slice(0, 120)} (${res.stdout?.length} bytes) stderr ${JSON.stringify(res.stderr).slice(0, 120)}`, t0), false);
       if (want.provoked) tally.provoke(want.provoked);
       tally.sample(want.sample ?? 'exec', r.ms);
       tally.count(want.sample ?? 'exec');
@@ -358,6 +390,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
     /** stop, resume or delete, until done. */
     const change = async (tally: Tally, b: SoakBox, action: 'stop' | 'resume' | 'delete'): Promise<boolean> => {
       const t0 = nowMs();
+      const started = Date.now();
       const r = action === 'delete' ? await a.call('DELETE', `${boxPath(b)}?wait=${waitS}`) : await a.call('POST', `${boxPath(b)}/${action}?wait=${waitS}`);
       // A box whose create was never answered may not exist: nothing to delete.
       const gone = action === 'delete' && (r.status === 204 || (r.status === 404 && !b.id));
@@ -365,18 +398,18 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       let error: string | null = r.body?.error ?? null;
       if (r.status === 202) {
         const done = await waitOp(r.headers.get('operation-id'));
-        if (typeof done === 'string') return (tally.error(`${action}: stuck`, `${b.name}: ${done}`), (b.broken = true), false);
+        if (typeof done === 'string') return (tally.error(`${action}: stuck`, `${b.name}: ${done}`, started), (b.broken = true), false);
         const g = await a.call('GET', boxPath(b));
         status = g.status === 404 ? 'gone' : g.body?.status;
         error = g.body?.error ?? done.error;
       } else if (status === null) {
-        tally.error(`${action}: ${answerKind(r)}`, answerText(b.name, r));
+        tally.error(`${action}: ${answerKind(r)}`, answerText(b.name, r), started);
         return false;
       }
       const want = action === 'stop' ? 'stopped' : action === 'resume' ? 'running' : 'gone';
       if (status !== want) {
         b.broken = true;
-        tally.error(`${action}: ended ${status}`, `${b.name}: ${error ?? ''}`);
+        tally.error(`${action}: ended ${status}`, `${b.name}: ${error ?? ''}`, started);
         return false;
       }
       b.expected = want;
@@ -467,6 +500,25 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
         .filter((e) => WATCHDOG_RE.test(String(e.msg ?? '')) || /watchdog/i.test(String(e.part ?? '')))
         .map((e) => `${new Date(e.time).toISOString().slice(11, 23)} ${e.msg}${e.err ? `: ${String(e.err?.message ?? e.err).slice(0, 200)}` : ''}${e.reason ? ` (${e.reason})` : ''}`);
 
+    /**
+     * The storage outages the watchdog reported and mended since log entry `from`, as epoch-ms
+     * windows: from when its looks began to go unanswered (the restart's "no answer for N s",
+     * and one look's timeout more) to a little after it said the storage recovered (the boxes
+     * are started again by then). An outage it did not mend excuses nothing.
+     */
+    const outagesSince = (from: number): [number, number][] => {
+      const out: [number, number][] = [];
+      const entries = logs.slice(from);
+      entries.forEach((e, i) => {
+        const msg = String(e.msg ?? '');
+        if (!/: restarting it$/.test(msg)) return;
+        const silent = Number(/no answer for (\d+) s/.exec(msg)?.[1] ?? 0);
+        const recovered = entries.slice(i + 1).find((x) => x.msg === 'storage recovered');
+        if (recovered) out.push([Number(e.time) - silent * 1000 - OUTAGE_MARGIN_MS, Number(recovered.time) + OUTAGE_MARGIN_MS]);
+      });
+      return out;
+    };
+
     const retriesSince = (from: number) => {
       const out: Record<string, number> = {};
       for (const e of logs.slice(from)) {
@@ -508,6 +560,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       const roundStart = Date.now();
       const tally = new Tally();
       const throttled0 = a.throttled;
+      const unavailable0 = a.unavailable;
       const boxes: SoakBox[] = [];
       const forks: SoakBox[] = [];
       progress(`round ${round}: ${opts.boxesPerRound} boxes, creates ${opts.createConcurrency} at a time, scripts ${opts.workConcurrency}, deletes ${opts.deleteConcurrency}`);
@@ -620,8 +673,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       const healthz = await checkHealthz(tally);
       const watchdog = watchdogLines(logMark);
       const retries = retriesSince(logMark);
+      tally.excuse(outagesSince(logMark));
       logMark = logs.length;
       tally.count('throttled (429, waited out)', a.throttled - throttled0);
+      tally.count('unavailable (503 with Retry-After, waited out)', a.unavailable - unavailable0);
 
       const rr: RoundResult = {
         round,
@@ -630,6 +685,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
         counts: tally.counts,
         latency_ms: Object.fromEntries(Object.entries(tally.samples).map(([k, v]) => [k, latencyJson(summarize(v))])),
         errors: tally.errors,
+        during_outage: tally.duringOutage,
         provoked: tally.provoked,
         job_retries: retries,
         operations: ops.byKind,
@@ -661,6 +717,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
     result.final.leftovers_unchecked = leftovers.unchecked;
     result.final.healthz = await checkHealthz(tally);
     result.final.watchdog = watchdogLines(logMark);
+    tally.excuse(outagesSince(logMark));
     const metrics = await a.call('GET', '/metrics');
     result.final.watchdog_metrics = metrics.text.split('\n').filter((l) => !l.startsWith('#') && /watchdog|storage_(restart|recover)/i.test(l));
     result.final.failures = tally.failures().map((f) => `end: ${f}`);
