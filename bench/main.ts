@@ -8,13 +8,24 @@
  *      through a second api process, which reaches the node through its agent (HTTP), as an api
  *      on another machine would
  *   3. fork of a box holding 1 GiB vs fork of an empty box
+ *   4. scale (bench/scale.ts), on a second fresh host once the first is gone: 1000 boxes
+ *      (1 cpu, 64 MB, 1 GB, in 2 projects of 500) created through the API 100 per batch, 10 at a
+ *      time: create→running p50/p95 per hundred, the last hundred's p50 against the first's
+ *      (target ≤ 1.2×, in the figure table); listing every project and one project page by page
+ *      at 1000 boxes (and `box ls --all-projects`); host memory per idle box (used memory without
+ *      page cache and reclaimable slab, before vs after, / 1000), zfs-fuse's RSS and each box's
+ *      cgroup memory usage; delete p50, 20 at a time. On zfs-fuse, which mounts at most 1000
+ *      filesystems, the boxes are capped to what it has room for (978 on an idle machine). It
+ *      takes most of an hour on a 2-core machine (deletes are the slow part).
  *
  * It reports, it does not assert: the exit code is 0 whether targets are met or not (1 only when
- * the bench itself could not run). Everything it made is removed at the end, also on error.
+ * the bench itself could not run). Everything it made is removed at the end, also on error. The
+ * figures go to a results.json (path printed at the end; the scale ones under `scale`).
  *
  *   npm run bench        (or: npx tsc -p . && node dist/bench/main.js)
  *
- * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024).
+ * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024),
+ * BENCH_SCALE_BOXES (1000; 0 skips the scale figures), BENCH_SCALE_ONLY=1 (only the scale figures).
  */
 import { spawn, ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -35,6 +46,7 @@ import { projectsRepo } from '../db/repos/projects';
 import { projectIdMap } from '../core/box';
 import { RawRunner, spawnCollect } from './raw';
 import { Profiler } from './profile';
+import { runScale } from './scale';
 import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
 
 const PROJECT = 'bench';
@@ -46,6 +58,14 @@ const N_CREATES = intEnv('BENCH_CREATES', 20);
 const N_EXECS = intEnv('BENCH_EXECS', 200);
 const N_FORKS = intEnv('BENCH_FORKS', 5);
 const BIG_MB = intEnv('BENCH_BIG_MB', 1024);
+/** Boxes of the scale figures (bench/scale.ts); 0 skips them. */
+const SCALE_BOXES = (() => {
+  const v = process.env.BENCH_SCALE_BOXES;
+  const n = Number(v);
+  return v !== undefined && v !== '' && Number.isInteger(n) && n >= 0 ? n : 1000;
+})();
+/** Only the scale figures. */
+const SCALE_ONLY = process.env.BENCH_SCALE_ONLY === '1';
 
 const TARGETS = { create: 1.5, exec: 1.5, fork: 1.2 };
 
@@ -60,7 +80,7 @@ interface CallResult {
   text: string;
 }
 
-function benchConfig(): Config {
+function benchConfig(extra: Record<string, string> = {}): Config {
   const base = os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir();
   return loadConfig(
     {
@@ -77,6 +97,7 @@ function benchConfig(): Config {
       // pool and this machine's RAM hold.
       BOXHOST_STORAGE_OVERCOMMIT: '1000',
       BOXHOST_RAM_OVERCOMMIT: '100',
+      ...extra,
     },
     { readDotenv: false },
   );
@@ -329,7 +350,9 @@ async function main(): Promise<number> {
         const h = host;
         await step('host close', () => h.close());
       }
-      await step('cleanupHost', () => cleanupHost(config));
+      // With BENCH_SCALE_ONLY this host never started: only its empty data dir is there.
+      if (SCALE_ONLY && !host) await step('removing the data dir', async () => fs.rmSync(config.dataDir, { recursive: true, force: true }));
+      else await step('cleanupHost', () => cleanupHost(config));
       return problems;
     })());
 
@@ -350,204 +373,206 @@ async function main(): Promise<number> {
   const results: Record<string, any> = {
     started_at: new Date(startedAt).toISOString(),
     machine: { cpus: os.cpus().length, loadavg_start: os.loadavg().map(round1), kernel: os.release() },
-    config: { data_dir: config.dataDir, creates: N_CREATES, execs: N_EXECS, forks: N_FORKS, big_mb: BIG_MB },
+    config: { data_dir: config.dataDir, creates: N_CREATES, execs: N_EXECS, forks: N_FORKS, big_mb: BIG_MB, scale_boxes: SCALE_BOXES, scale_only: SCALE_ONLY },
   };
   const figures: Figure[] = [];
   const notes: string[] = [];
   let error: Error | undefined;
 
   try {
-    progress(`starting a host in ${config.dataDir}`);
-    const t0 = nowMs();
-    host = await startHost(config, { roles: ['api', 'node'], log });
-    results.host_start_ms = round1(nowMs() - t0);
-    api = new Api(host.url!, host.adminToken);
-    const ctx = host.node!.ctx;
-    profiler.wrap(ctx.storage, 'storage', ['createBoxRoot', 'prepareBoxRoot', 'destroyBoxRoot']);
-    profiler.wrap(ctx.network, 'network', ['attach', 'detach']);
-    profiler.wrap(ctx.runtime, 'runtime', ['start', 'ownsNetns', 'makeNetns', 'writeEnvironment', 'exec', 'remove', 'stop', 'status']);
-    profiler.wrap(operationsRepo, 'db operations', ['get', 'insert', 'update', 'earlierUnfinished']);
-    profiler.wrap(boxesRepo, 'db boxes', Object.keys(boxesRepo));
-    profiler.wrap(projectsRepo, 'db projects', Object.keys(projectsRepo));
-    if (host.api) profiler.wrap(host.api.queue, 'api queue', ['enqueue', 'waitFor']);
+    if (!SCALE_ONLY) {
+      progress(`starting a host in ${config.dataDir}`);
+      const t0 = nowMs();
+      host = await startHost(config, { roles: ['api', 'node'], log });
+      results.host_start_ms = round1(nowMs() - t0);
+      api = new Api(host.url!, host.adminToken);
+      const ctx = host.node!.ctx;
+      profiler.wrap(ctx.storage, 'storage', ['createBoxRoot', 'prepareBoxRoot', 'destroyBoxRoot']);
+      profiler.wrap(ctx.network, 'network', ['attach', 'detach']);
+      profiler.wrap(ctx.runtime, 'runtime', ['start', 'ownsNetns', 'makeNetns', 'writeEnvironment', 'exec', 'remove', 'stop', 'status']);
+      profiler.wrap(operationsRepo, 'db operations', ['get', 'insert', 'update', 'earlierUnfinished']);
+      profiler.wrap(boxesRepo, 'db boxes', Object.keys(boxesRepo));
+      profiler.wrap(projectsRepo, 'db projects', Object.keys(projectsRepo));
+      if (host.api) profiler.wrap(host.api.queue, 'api queue', ['enqueue', 'waitFor']);
 
-    const storage = ctx.storage as ZfsStorage;
-    const runtime = ctx.runtime as RuncRuntime;
+      const storage = ctx.storage as ZfsStorage;
+      const runtime = ctx.runtime as RuncRuntime;
 
-    // ---------------------------------------------------------- 1. create → running
-    progress(`create→running: ${N_CREATES} boxes through the API, interleaved with ${N_CREATES} raw clone + runc run -d in the same user namespace mapping, and as many without one (after 1 warm-up each)`);
-    profiler.phase = 'create-warmup';
-    // The project's first box makes the base's copy in its id range, which the raw floor clones too.
-    const first = await createBox(api, 'c-0');
-    const shiftLog = logs.find((l) => l.msg === "made a base's copy in an id range");
-    const idMap = projectIdMap((await projectsRepo.get(host.db, PROJECT))!.net_index);
-    const version = await busyboxVersion();
-    const baseSnapshot = `${storage.root}/shifted/busybox/${version}/${idMap.hostId}@base`;
-    raw = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap });
-    rawPlain = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot: `${storage.root}/bases/busybox/${version}@base`, name: 'plain' });
-    // The floor doing the same storage work a box's root gets (for the note on where the gap is).
-    const rawSame = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap, name: 'same', sameStorageWork: { storageGb: 2, idProperty: 'boxhost:idmap' } });
-    rawExtra = rawSame;
-    await raw.prepare();
-    await rawPlain.prepare();
-    await rawSame.prepare();
-    checkpoint();
-    results.zfs = { root: storage.root, base_snapshot: baseSnapshot, compression: await zfsGet('compression', storage.root) };
-    results.userns = { id_map: idMap, first_create_ms: round1(first.ms), base_shift_ms: shiftLog?.ms ?? null, base_shift_entries: shiftLog?.entries ?? null };
-    await raw.createAndRun(0);
-    await rawPlain.createAndRun(0);
-    await rawSame.createAndRun(0);
-    profiler.phase = 'create';
-    const creates: CreateSample[] = [];
-    const rawCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
-    const plainCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
-    const sameCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
-    for (let i = 1; i <= N_CREATES; i++) {
+      // ---------------------------------------------------------- 1. create → running
+      progress(`create→running: ${N_CREATES} boxes through the API, interleaved with ${N_CREATES} raw clone + runc run -d in the same user namespace mapping, and as many without one (after 1 warm-up each)`);
+      profiler.phase = 'create-warmup';
+      // The project's first box makes the base's copy in its id range, which the raw floor clones too.
+      const first = await createBox(api, 'c-0');
+      const shiftLog = logs.find((l) => l.msg === "made a base's copy in an id range");
+      const idMap = projectIdMap((await projectsRepo.get(host.db, PROJECT))!.net_index);
+      const version = await busyboxVersion();
+      const baseSnapshot = `${storage.root}/shifted/busybox/${version}/${idMap.hostId}@base`;
+      raw = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap });
+      rawPlain = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot: `${storage.root}/bases/busybox/${version}@base`, name: 'plain' });
+      // The floor doing the same storage work a box's root gets (for the note on where the gap is).
+      const rawSame = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap, name: 'same', sameStorageWork: { storageGb: 2, idProperty: 'boxhost:idmap' } });
+      rawExtra = rawSame;
+      await raw.prepare();
+      await rawPlain.prepare();
+      await rawSame.prepare();
       checkpoint();
-      creates.push(await createBox(api, `c-${i}`));
-      rawCreates.push(await raw.createAndRun(i));
-      plainCreates.push(await rawPlain.createAndRun(i));
-      sameCreates.push(await rawSame.createAndRun(i));
-    }
-    const sameP50 = summarize(sameCreates.map((r) => r.totalMs)).p50;
-    notes.push(
-      `the raw floor doing the same storage work (clone with quota, refquota and id range, then the nosuid,nodev remount): p50 ${fmtMs(sameP50)} ms; ` +
-        `create is ${(summarize(creates.map((c) => c.ms)).p50 / sameP50).toFixed(2)}x that (the rest: the api, the queue, the network, the box's namespaces)`,
-    );
-    figures.push(figure(`create→running (${N_CREATES} boxes)`, creates.map((c) => c.ms), rawCreates.map((r) => r.totalMs), 'zfs clone + runc run -d (userns)', TARGETS.create));
-    const usernsCost = summarize(rawCreates.map((r) => r.runMs)).p50 - summarize(plainCreates.map((r) => r.runMs)).p50;
-    notes.push(
-      `user namespaces: raw runc run -d p50 ${fmtMs(summarize(rawCreates.map((r) => r.runMs)).p50)} ms with, ${fmtMs(summarize(plainCreates.map((r) => r.runMs)).p50)} ms without (${usernsCost.toFixed(1)} ms); ` +
-        `boxhost makes each box's user and network namespaces beside the clone (runtime.makeNetns in the table); the project's first box shifted the base (${shiftLog?.entries ?? '?'} entries) in ${shiftLog?.ms ?? '?'} ms and took ${fmtMs(first.ms)} ms`,
-    );
+      results.zfs = { root: storage.root, base_snapshot: baseSnapshot, compression: await zfsGet('compression', storage.root) };
+      results.userns = { id_map: idMap, first_create_ms: round1(first.ms), base_shift_ms: shiftLog?.ms ?? null, base_shift_entries: shiftLog?.entries ?? null };
+      await raw.createAndRun(0);
+      await rawPlain.createAndRun(0);
+      await rawSame.createAndRun(0);
+      profiler.phase = 'create';
+      const creates: CreateSample[] = [];
+      const rawCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
+      const plainCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
+      const sameCreates: Awaited<ReturnType<RawRunner['createAndRun']>>[] = [];
+      for (let i = 1; i <= N_CREATES; i++) {
+        checkpoint();
+        creates.push(await createBox(api, `c-${i}`));
+        rawCreates.push(await raw.createAndRun(i));
+        plainCreates.push(await rawPlain.createAndRun(i));
+        sameCreates.push(await rawSame.createAndRun(i));
+      }
+      const sameP50 = summarize(sameCreates.map((r) => r.totalMs)).p50;
+      notes.push(
+        `the raw floor doing the same storage work (clone with quota, refquota and id range, then the nosuid,nodev remount): p50 ${fmtMs(sameP50)} ms; ` +
+          `create is ${(summarize(creates.map((c) => c.ms)).p50 / sameP50).toFixed(2)}x that (the rest: the api, the queue, the network, the box's namespaces)`,
+      );
+      figures.push(figure(`create→running (${N_CREATES} boxes)`, creates.map((c) => c.ms), rawCreates.map((r) => r.totalMs), 'zfs clone + runc run -d (userns)', TARGETS.create));
+      const usernsCost = summarize(rawCreates.map((r) => r.runMs)).p50 - summarize(plainCreates.map((r) => r.runMs)).p50;
+      notes.push(
+        `user namespaces: raw runc run -d p50 ${fmtMs(summarize(rawCreates.map((r) => r.runMs)).p50)} ms with, ${fmtMs(summarize(plainCreates.map((r) => r.runMs)).p50)} ms without (${usernsCost.toFixed(1)} ms); ` +
+          `boxhost makes each box's user and network namespaces beside the clone (runtime.makeNetns in the table); the project's first box shifted the base (${shiftLog?.entries ?? '?'} entries) in ${shiftLog?.ms ?? '?'} ms and took ${fmtMs(first.ms)} ms`,
+      );
 
-    const runcRunMs = logs.filter((l) => l.msg === 'runc run' && typeof l.ms === 'number').map((l) => l.ms as number);
-    results.create = {
-      api: summaryJson(summarize(creates.map((c) => c.ms))),
-      raw: summaryJson(summarize(rawCreates.map((r) => r.totalMs))),
-      raw_without_userns: summaryJson(summarize(plainCreates.map((r) => r.totalMs))),
-      raw_same_storage_work: summaryJson(summarize(sameCreates.map((r) => r.totalMs))),
-      raw_steps: {
-        zfs_clone: summaryJson(summarize(rawCreates.map((r) => r.cloneMs))),
-        bundle_write: summaryJson(summarize(rawCreates.map((r) => r.bundleMs))),
-        runc_run_d: summaryJson(summarize(rawCreates.map((r) => r.runMs))),
-      },
-      api_phases_ms: { ...opPhases(logs, creates), runc_run_in_runtime_start: summaryJson(summarize(runcRunMs.slice(-N_CREATES))) },
-      api_steps: profiler.breakdown('create', N_CREATES).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
-    };
-    progress(`create done: api p50 ${fmtMs(figures[0].boxhost.p50)} ms, raw p50 ${fmtMs(figures[0].floor.p50)} ms`);
+      const runcRunMs = logs.filter((l) => l.msg === 'runc run' && typeof l.ms === 'number').map((l) => l.ms as number);
+      results.create = {
+        api: summaryJson(summarize(creates.map((c) => c.ms))),
+        raw: summaryJson(summarize(rawCreates.map((r) => r.totalMs))),
+        raw_without_userns: summaryJson(summarize(plainCreates.map((r) => r.totalMs))),
+        raw_same_storage_work: summaryJson(summarize(sameCreates.map((r) => r.totalMs))),
+        raw_steps: {
+          zfs_clone: summaryJson(summarize(rawCreates.map((r) => r.cloneMs))),
+          bundle_write: summaryJson(summarize(rawCreates.map((r) => r.bundleMs))),
+          runc_run_d: summaryJson(summarize(rawCreates.map((r) => r.runMs))),
+        },
+        api_phases_ms: { ...opPhases(logs, creates), runc_run_in_runtime_start: summaryJson(summarize(runcRunMs.slice(-N_CREATES))) },
+        api_steps: profiler.breakdown('create', N_CREATES).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
+      };
+      progress(`create done: api p50 ${fmtMs(figures[0].boxhost.p50)} ms, raw p50 ${fmtMs(figures[0].floor.p50)} ms`);
 
-    // ---------------------------------------------------------- 2. exec
-    checkpoint();
-    const target = creates[0];
-    const ls = await spawnCollect([RUNC_BIN, '--root', runtime.root, 'list', '-q']);
-    const cid = ls.stdout.split('\n').map((s) => s.trim()).find((id) => id.endsWith(`-${target.box.id}`));
-    if (!cid) throw new Error(`no runc container for box ${target.name} (${target.box.id}) in ${runtime.root}: ${ls.stdout}`);
-    const remote = await startRemoteApi(config);
-    remoteApi = remote.child;
-    const viaAgent = new Api(remote.url, host.adminToken);
-    progress(`exec: ${N_EXECS} × POST …/${target.name}/exec {command:["true"]} in-process and through a second api process + the node agent, interleaved with runc exec ${cid} true (after 5 warm-ups each)`);
-    profiler.phase = 'exec-warmup';
-    for (let i = 0; i < 5; i++) {
+      // ---------------------------------------------------------- 2. exec
       checkpoint();
-      await execApi(api, target.name, ['true']);
-      await execApi(viaAgent, target.name, ['true']);
-      await raw.exec(runtime.root, cid);
-    }
-    const execs: number[] = [];
-    const remoteExecs: number[] = [];
-    const rawExecs: number[] = [];
-    // Each call starts after the same short pause, so whatever the call before it leaves
-    // running (a reaped runc, a file removal) lands on none of them in particular.
-    const settle = () => new Promise((r) => setTimeout(r, 15));
-    for (let i = 0; i < N_EXECS; i++) {
-      checkpoint();
-      profiler.phase = 'exec';
-      await settle();
-      const r = await execApi(api, target.name, ['true']);
-      if (r.body.exit_code !== 0) throw new Error(`exec true answered exit_code ${r.body.exit_code}: ${r.body.stderr}`);
-      execs.push(r.ms);
-      profiler.phase = 'exec-remote';
-      await settle();
-      const rr = await execApi(viaAgent, target.name, ['true']);
-      if (rr.body.exit_code !== 0) throw new Error(`exec true through the agent answered exit_code ${rr.body.exit_code}: ${rr.body.stderr}`);
-      remoteExecs.push(rr.ms);
-      profiler.phase = 'exec-raw';
-      await settle();
-      rawExecs.push(await raw.exec(runtime.root, cid));
-    }
-    figures.push(figure(`exec true (${N_EXECS} calls)`, execs, rawExecs, 'runc exec <box> true', TARGETS.exec));
-    figures.push(figure(`exec true via api process → node agent`, remoteExecs, rawExecs, 'runc exec <box> true', TARGETS.exec));
-    results.exec = {
-      api: summaryJson(summarize(execs)),
-      api_via_agent: summaryJson(summarize(remoteExecs)),
-      raw: summaryJson(summarize(rawExecs)),
-      api_steps: profiler.breakdown('exec', N_EXECS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
-    };
-    notes.push(`exec p50 through the node agent is ${(summarize(remoteExecs).p50 - summarize(execs).p50).toFixed(1)} ms above in-process (${fmtMs(summarize(remoteExecs).p50)} vs ${fmtMs(summarize(execs).p50)} ms)`);
-    progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, via agent ${fmtMs(figures[2].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
+      const target = creates[0];
+      const ls = await spawnCollect([RUNC_BIN, '--root', runtime.root, 'list', '-q']);
+      const cid = ls.stdout.split('\n').map((s) => s.trim()).find((id) => id.endsWith(`-${target.box.id}`));
+      if (!cid) throw new Error(`no runc container for box ${target.name} (${target.box.id}) in ${runtime.root}: ${ls.stdout}`);
+      const remote = await startRemoteApi(config);
+      remoteApi = remote.child;
+      const viaAgent = new Api(remote.url, host.adminToken);
+      progress(`exec: ${N_EXECS} × POST …/${target.name}/exec {command:["true"]} in-process and through a second api process + the node agent, interleaved with runc exec ${cid} true (after 5 warm-ups each)`);
+      profiler.phase = 'exec-warmup';
+      for (let i = 0; i < 5; i++) {
+        checkpoint();
+        await execApi(api, target.name, ['true']);
+        await execApi(viaAgent, target.name, ['true']);
+        await raw.exec(runtime.root, cid);
+      }
+      const execs: number[] = [];
+      const remoteExecs: number[] = [];
+      const rawExecs: number[] = [];
+      // Each call starts after the same short pause, so whatever the call before it leaves
+      // running (a reaped runc, a file removal) lands on none of them in particular.
+      const settle = () => new Promise((r) => setTimeout(r, 15));
+      for (let i = 0; i < N_EXECS; i++) {
+        checkpoint();
+        profiler.phase = 'exec';
+        await settle();
+        const r = await execApi(api, target.name, ['true']);
+        if (r.body.exit_code !== 0) throw new Error(`exec true answered exit_code ${r.body.exit_code}: ${r.body.stderr}`);
+        execs.push(r.ms);
+        profiler.phase = 'exec-remote';
+        await settle();
+        const rr = await execApi(viaAgent, target.name, ['true']);
+        if (rr.body.exit_code !== 0) throw new Error(`exec true through the agent answered exit_code ${rr.body.exit_code}: ${rr.body.stderr}`);
+        remoteExecs.push(rr.ms);
+        profiler.phase = 'exec-raw';
+        await settle();
+        rawExecs.push(await raw.exec(runtime.root, cid));
+      }
+      figures.push(figure(`exec true (${N_EXECS} calls)`, execs, rawExecs, 'runc exec <box> true', TARGETS.exec));
+      figures.push(figure(`exec true via api process → node agent`, remoteExecs, rawExecs, 'runc exec <box> true', TARGETS.exec));
+      results.exec = {
+        api: summaryJson(summarize(execs)),
+        api_via_agent: summaryJson(summarize(remoteExecs)),
+        raw: summaryJson(summarize(rawExecs)),
+        api_steps: profiler.breakdown('exec', N_EXECS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) })),
+      };
+      notes.push(`exec p50 through the node agent is ${(summarize(remoteExecs).p50 - summarize(execs).p50).toFixed(1)} ms above in-process (${fmtMs(summarize(remoteExecs).p50)} vs ${fmtMs(summarize(execs).p50)} ms)`);
+      progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, via agent ${fmtMs(figures[2].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
 
-    // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
-    checkpoint();
-    profiler.phase = 'fork-setup';
-    progress(`fork: making box "big" and writing ${BIG_MB} MiB into it`);
-    const big = await createBox(api, 'big', { config: { storage_gb: Math.max(10, Math.ceil((BIG_MB * 2) / 1024)) } });
-    const bigDs = `${storage.root}/boxes/${big.box.id}`;
-    const compression = await zfsGet('compression', bigDs);
-    // Zeros are stored as written when compression is off; with it on they would vanish.
-    const source = compression === 'off' ? '/dev/zero' : '/dev/urandom';
-    const w0 = nowMs();
-    const wr = await execApi(api, 'big', ['/bin/sh', '-c', `dd if=${source} of=/root/big bs=1048576 count=${BIG_MB} 2>&1 && sync`], 900);
-    if (wr.body.exit_code !== 0) throw new Error(`writing ${BIG_MB} MiB failed (exit ${wr.body.exit_code}): ${wr.body.stdout} ${wr.body.stderr}`);
-    const writeMs = nowMs() - w0;
-    checkpoint();
-    // Wait until ZFS has the data on disk (referenced counts committed blocks only).
-    const want = BIG_MB * 1024 * 1024 * 0.98;
-    let referenced = 0;
-    const settle0 = nowMs();
-    while (nowMs() - settle0 < 90_000) {
-      referenced = Number(await zfsGet('referenced', bigDs));
-      if (referenced >= want) break;
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    const settleMs = nowMs() - settle0;
-    if (referenced < want) notes.push(`the big box references only ${(referenced / 2 ** 20).toFixed(0)} MiB after ${fmtMs(settleMs)} ms`);
-    // One more txg interval so that nothing of the write is still in flight when forks start.
-    await new Promise((r) => setTimeout(r, 5000));
-    const empty = creates[1];
-    results.fork_setup = { source, compression, write_ms: round1(writeMs), settle_ms: round1(settleMs), big_referenced_bytes: referenced, big_box: big.box.id, empty_box: empty.box.id };
-    progress(`wrote ${BIG_MB} MiB from ${source} in ${fmtMs(writeMs)} ms (compression ${compression}; on disk after ${fmtMs(settleMs)} ms more: ${(referenced / 2 ** 20).toFixed(0)} MiB)`);
-
-    progress(`fork: ${N_FORKS} forks of "big" and of "${empty.name}" (empty), interleaved, each fork deleted before the next (after 1 warm-up each)`);
-    const forkSamples: Record<string, CreateSample[]> = {};
-    const forkOnce = async (src: string, name: string, phase: string) => {
+      // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
       checkpoint();
-      profiler.phase = phase;
-      const s = await createBox(api!, name, { fork: src });
-      (forkSamples[phase] ??= []).push(s);
-      profiler.phase = 'fork-delete';
-      await deleteBox(api!, name);
-      return s.ms;
-    };
-    await forkOnce('big', 'fb-w', 'fork-warmup');
-    await forkOnce(empty.name, 'fe-w', 'fork-warmup');
-    const forkBig: number[] = [];
-    const forkEmpty: number[] = [];
-    for (let i = 1; i <= N_FORKS; i++) {
-      forkBig.push(await forkOnce('big', `fb-${i}`, 'fork-big'));
-      forkEmpty.push(await forkOnce(empty.name, `fe-${i}`, 'fork-empty'));
+      profiler.phase = 'fork-setup';
+      progress(`fork: making box "big" and writing ${BIG_MB} MiB into it`);
+      const big = await createBox(api, 'big', { config: { storage_gb: Math.max(10, Math.ceil((BIG_MB * 2) / 1024)) } });
+      const bigDs = `${storage.root}/boxes/${big.box.id}`;
+      const compression = await zfsGet('compression', bigDs);
+      // Zeros are stored as written when compression is off; with it on they would vanish.
+      const source = compression === 'off' ? '/dev/zero' : '/dev/urandom';
+      const w0 = nowMs();
+      const wr = await execApi(api, 'big', ['/bin/sh', '-c', `dd if=${source} of=/root/big bs=1048576 count=${BIG_MB} 2>&1 && sync`], 900);
+      if (wr.body.exit_code !== 0) throw new Error(`writing ${BIG_MB} MiB failed (exit ${wr.body.exit_code}): ${wr.body.stdout} ${wr.body.stderr}`);
+      const writeMs = nowMs() - w0;
+      checkpoint();
+      // Wait until ZFS has the data on disk (referenced counts committed blocks only).
+      const want = BIG_MB * 1024 * 1024 * 0.98;
+      let referenced = 0;
+      const settle0 = nowMs();
+      while (nowMs() - settle0 < 90_000) {
+        referenced = Number(await zfsGet('referenced', bigDs));
+        if (referenced >= want) break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      const settleMs = nowMs() - settle0;
+      if (referenced < want) notes.push(`the big box references only ${(referenced / 2 ** 20).toFixed(0)} MiB after ${fmtMs(settleMs)} ms`);
+      // One more txg interval so that nothing of the write is still in flight when forks start.
+      await new Promise((r) => setTimeout(r, 5000));
+      const empty = creates[1];
+      results.fork_setup = { source, compression, write_ms: round1(writeMs), settle_ms: round1(settleMs), big_referenced_bytes: referenced, big_box: big.box.id, empty_box: empty.box.id };
+      progress(`wrote ${BIG_MB} MiB from ${source} in ${fmtMs(writeMs)} ms (compression ${compression}; on disk after ${fmtMs(settleMs)} ms more: ${(referenced / 2 ** 20).toFixed(0)} MiB)`);
+
+      progress(`fork: ${N_FORKS} forks of "big" and of "${empty.name}" (empty), interleaved, each fork deleted before the next (after 1 warm-up each)`);
+      const forkSamples: Record<string, CreateSample[]> = {};
+      const forkOnce = async (src: string, name: string, phase: string) => {
+        checkpoint();
+        profiler.phase = phase;
+        const s = await createBox(api!, name, { fork: src });
+        (forkSamples[phase] ??= []).push(s);
+        profiler.phase = 'fork-delete';
+        await deleteBox(api!, name);
+        return s.ms;
+      };
+      await forkOnce('big', 'fb-w', 'fork-warmup');
+      await forkOnce(empty.name, 'fe-w', 'fork-warmup');
+      const forkBig: number[] = [];
+      const forkEmpty: number[] = [];
+      for (let i = 1; i <= N_FORKS; i++) {
+        forkBig.push(await forkOnce('big', `fb-${i}`, 'fork-big'));
+        forkEmpty.push(await forkOnce(empty.name, `fe-${i}`, 'fork-empty'));
+      }
+      figures.push(figure(`fork ${BIG_MB >= 1024 ? `${BIG_MB / 1024} GiB` : `${BIG_MB} MiB`} box vs empty (${N_FORKS} each)`, forkBig, forkEmpty, 'fork of an empty box', TARGETS.fork));
+      const steps = (phase: string) => profiler.breakdown(phase, N_FORKS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) }));
+      results.fork = {
+        big: summaryJson(summarize(forkBig)),
+        empty: summaryJson(summarize(forkEmpty)),
+        big_phases_ms: opPhases(logs, forkSamples['fork-big']),
+        empty_phases_ms: opPhases(logs, forkSamples['fork-empty']),
+        big_steps: steps('fork-big'),
+        empty_steps: steps('fork-empty'),
+      };
+      progress(`fork done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
     }
-    figures.push(figure(`fork ${BIG_MB >= 1024 ? `${BIG_MB / 1024} GiB` : `${BIG_MB} MiB`} box vs empty (${N_FORKS} each)`, forkBig, forkEmpty, 'fork of an empty box', TARGETS.fork));
-    const steps = (phase: string) => profiler.breakdown(phase, N_FORKS).map((r) => ({ ...r, p50: round1(r.p50), msPerOp: round1(r.msPerOp), callsPerOp: round1(r.callsPerOp) }));
-    results.fork = {
-      big: summaryJson(summarize(forkBig)),
-      empty: summaryJson(summarize(forkEmpty)),
-      big_phases_ms: opPhases(logs, forkSamples['fork-big']),
-      empty_phases_ms: opPhases(logs, forkSamples['fork-empty']),
-      big_steps: steps('fork-big'),
-      empty_steps: steps('fork-empty'),
-    };
-    progress(`fork done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
   } catch (e) {
     error = e as Error;
     progress(interrupted ? 'interrupted' : `bench failed: ${error.stack ?? error.message}`);
@@ -560,6 +585,26 @@ async function main(): Promise<number> {
     progress(`interrupted; cleaned up${problems.length ? ` with problems:\n  ${problems.join('\n  ')}` : ''}`);
     return 130;
   }
+
+  // ------------------------------------------------------------ 4. scale, on a host of its own
+  let scaleReport: string[] = [];
+  if (SCALE_BOXES > 0 && !error) {
+    const scale = await runScale({ boxes: SCALE_BOXES, makeConfig: benchConfig, profiler, progress, checkpoint });
+    if (interrupted) {
+      progress(`interrupted; cleaned up${scale.problems.length ? ` with problems:\n  ${scale.problems.join('\n  ')}` : ''}`);
+      return 130;
+    }
+    results.scale = scale.results;
+    scaleReport = scale.report;
+    problems.push(...scale.problems.map((p) => `scale: ${p}`));
+    if (scale.error) error = new Error(`scale: ${scale.error.message}`);
+    if (scale.firstHundred.length && scale.lastHundred.length) {
+      figures.push(figure(`create→running at boxes ${scale.lastRange} vs ${scale.firstRange}`, scale.lastHundred, scale.firstHundred, `boxes ${scale.firstRange}`, scale.target));
+    }
+  } else if (SCALE_BOXES > 0) {
+    notes.push('the scale figures did not run: the bench failed before them');
+  }
+
   results.cleanup_problems = problems;
   results.error = error ? error.message : null;
   results.figures = figures.map((f) => ({
@@ -602,6 +647,10 @@ async function main(): Promise<number> {
     out.push(`fork job time alone (worker running→succeeded), big vs empty: ${jb} / ${je} ms = ${(jb / je).toFixed(2)}x`);
     out.push(breakdownTable('host steps per fork of the big box', results.fork.big_steps, 10));
     out.push(breakdownTable('host steps per fork of the empty box', results.fork.empty_steps, 10));
+  }
+  if (scaleReport.length) {
+    out.push('');
+    out.push(...scaleReport);
   }
   for (const n of notes) out.push(`note: ${n}`);
   if (error) out.push(`ERROR: the bench did not finish: ${error.message}`);

@@ -51,9 +51,10 @@ export class Profiler {
     const target = obj as Record<string, any>;
     for (const name of names) {
       const original = target[name];
-      if (typeof original !== 'function') continue;
+      // Already timed (a module object wrapped by an earlier host of the same run): once is enough.
+      if (typeof original !== 'function' || original.__benchWrapped) continue;
       const self = this;
-      target[name] = function (this: unknown, ...args: unknown[]) {
+      const wrapped = function (this: unknown, ...args: unknown[]) {
         const t0 = nowMs();
         const label = `${prefix}.${name}`;
         let result: unknown;
@@ -78,6 +79,8 @@ export class Profiler {
         self.record(label, nowMs() - t0);
         return result;
       };
+      (wrapped as any).__benchWrapped = true;
+      target[name] = wrapped;
     }
   }
 
