@@ -237,6 +237,7 @@ t.test('rootLimit: what zfs-fuse can still mount, box roots of this pool not cou
     return;
   }
   const others = () => zfsFuseMounts().filter((m) => !m.startsWith(`${pool}/boxes/`)).length;
+  await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
   const before = await storage.rootLimit();
   t.equal(before, ZFS_FUSE_MAX_MOUNTS - others() - 16, 'the limit less every other mount and the reserve');
   t.ok(zfsFuseMounts().includes(`${pool}/bases`), 'this pool\'s own datasets are seen as mounts');
@@ -245,6 +246,7 @@ t.test('rootLimit: what zfs-fuse can still mount, box roots of this pool not cou
   t.ok(zfsFuseMounts().includes(`${pool}/boxes/${id}`), 'the new root is mounted');
   t.equal(await storage.rootLimit(), before, 'a root of its own does not lower it (admission counts box rows)');
   await storage.destroyBoxRoot(id);
+  await storage.destroyBase(base);
   t.notOk(zfsFuseMounts().includes(`${pool}/boxes/${id}`));
   t.same(
     zfsFuseMounts('1 2 0:1 / /a rw - fuse.zfs tank/boxes/x rw\n2 1 0:2 / /b rw - fuse kstat rw\n3 1 0:3 / /c rw shared:1 - ext4 /dev/vda rw\n'),
