@@ -117,6 +117,8 @@ export class ZfsStorage implements StorageDriver {
   /** Shifted base copies known to be complete: a box create then costs one `zfs clone`. */
   private readonly shiftedMade = new Set<string>();
   private readonly daemon: ZfsFuseDaemon;
+  /** The probe's lookup in the boxes directory while it runs (`probe`). */
+  private lookup?: Promise<RunResult>;
 
   constructor(private readonly opts: ZfsStorageOptions) {
     const dataDir = path.resolve(opts.dataDir);
@@ -216,14 +218,27 @@ export class ZfsStorage implements StorageDriver {
         timeoutMs + 500,
         { exitCode: -2, stdout: '', stderr: 'no answer' },
       );
-    const [pool, fsys] = await Promise.all([bounded([this.zpoolBin, 'list', '-H', '-o', 'health', this.pool]), bounded(['stat', '-f', '-c', '%b', this.mountRoot])]);
+    // A name looked up in the boxes directory, where every root is mounted: a FUSE request
+    // there that zfs-fuse never answers holds the directory's lock, and every later create,
+    // start and lookup waits behind it, while `zpool list` and a statfs of the root still
+    // answer (seen at 390 boxes). One lookup at a time: one that is stuck stays stuck until
+    // the daemon dies, and later looks wait on it instead of adding more stuck processes.
+    this.lookup ??= run(['stat', '-c', '%i', path.join(this.mountRoot, 'boxes', '.boxhost-probe')], { allowFailure: true })
+      .catch((e: Error) => ({ exitCode: -1, stdout: '', stderr: e.message }))
+      .finally(() => (this.lookup = undefined));
+    const [pool, fsys, lookup] = await Promise.all([
+      bounded([this.zpoolBin, 'list', '-H', '-o', 'health', this.pool]),
+      bounded(['stat', '-f', '-c', '%b', this.mountRoot]),
+      settleWithin(this.lookup, timeoutMs + 500, { exitCode: -2, stdout: '', stderr: 'no answer' }),
+    ]);
     if (pool.exitCode !== 0 && isDaemonDown(pool.stderr)) return { state: 'dead', detail: `ZFS does not answer: ${pool.stderr.trim()}` };
     if (pool.exitCode !== 0 && isMissing(pool.stderr)) return { state: 'dead', detail: `pool ${this.pool} is not imported` };
-    if (/not connected/i.test(fsys.stderr)) return { state: 'dead', detail: `${this.mountRoot}: transport endpoint is not connected` };
+    if (/not connected/i.test(fsys.stderr) || /not connected/i.test(lookup.stderr)) return { state: 'dead', detail: `${this.mountRoot}: transport endpoint is not connected` };
     if ((pool.exitCode !== 0 || fsys.exitCode !== 0) && (late() || pool.exitCode === -2 || fsys.exitCode === -2)) {
       const daemon = pool.exitCode !== 0;
       return { state: 'hung', scope: daemon ? 'daemon' : 'only-mounts', detail: `no answer within ${timeoutMs} ms (${daemon ? 'zpool list' : 'statfs of the pool root'})` };
     }
+    if (lookup.exitCode === -2) return { state: 'hung', scope: 'only-mounts', detail: `no answer within ${timeoutMs} ms (a lookup in ${this.mountRoot}/boxes)` };
     if (pool.exitCode !== 0) return { state: 'error', detail: `zpool list: ${pool.stderr.trim()}` };
     if (fsys.exitCode !== 0) return { state: 'error', detail: `statfs ${this.mountRoot}: ${fsys.stderr.trim()}` };
     const health = pool.stdout.trim();
