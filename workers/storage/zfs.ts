@@ -158,7 +158,10 @@ export class ZfsStorage implements StorageDriver {
     if (health === null) throw new Error(`ZFS pool ${this.pool} is not imported`);
     if (health === 'DEGRADED') this.log.warn({ pool: this.pool }, 'ZFS pool is DEGRADED');
     else if (health !== 'ONLINE') throw new Error(`ZFS pool ${this.pool} is ${health}`);
-    if ((await this.prop(this.root, 'mounted')) !== 'yes') throw new Error(`dataset ${this.root} is not mounted`);
+    // Not through the gate: a health check that waited behind twenty creates' commands would
+    // report a busy node's storage as failing.
+    const mounted = await run([this.zfsBin, 'get', '-Hp', '-o', 'value', 'mounted', this.root], { timeoutMs: CMD_TIMEOUT_MS });
+    if (mounted.stdout.trim() !== 'yes') throw new Error(`dataset ${this.root} is not mounted`);
     if (this.ownsPool) await this.checkPoolFileRoom();
   }
 
@@ -223,7 +226,10 @@ export class ZfsStorage implements StorageDriver {
     // start and lookup waits behind it, while `zpool list` and a statfs of the root still
     // answer (seen at 390 boxes). One lookup at a time: one that is stuck stays stuck until
     // the daemon dies, and later looks wait on it instead of adding more stuck processes.
-    this.lookup ??= run(['stat', '-c', '%i', path.join(this.mountRoot, 'boxes', '.boxhost-probe')], { allowFailure: true })
+    // A new name each time: zfs-fuse has the kernel cache a missing name (for an hour with
+    // Debian's zfsrc), and a cached answer never reaches the daemon or waits on the lock.
+    const name = `.boxhost-probe-${process.pid}-${Date.now().toString(36)}-${crypto.randomBytes(3).toString('hex')}`;
+    this.lookup ??= run(['stat', '-c', '%i', path.join(this.mountRoot, 'boxes', name)], { allowFailure: true })
       .catch((e: Error) => ({ exitCode: -1, stdout: '', stderr: e.message }))
       .finally(() => (this.lookup = undefined));
     const [pool, fsys, lookup] = await Promise.all([
