@@ -223,9 +223,11 @@ class Tally {
   /** Errors of calls that overlapped a storage outage the watchdog reported and mended. */
   readonly duringOutage: Record<string, number> = {};
 
-  error(kind: string, detail: string, start = Date.now()) {
+  /** `start`: when the API call that failed began; only such errors can be excused, never the
+   *  checks' (a box left in the wrong state, an operation stuck, a leftover, /healthz). */
+  error(kind: string, detail: string, start?: number) {
     this.errors[kind] = (this.errors[kind] ?? 0) + 1;
-    this.spans.push({ kind, start, end: Date.now() });
+    if (start !== undefined) this.spans.push({ kind, start, end: Date.now() });
     const ex = (this.examples[kind] ??= []);
     if (ex.length < 3) ex.push(detail.replace(/\s+/g, ' ').slice(0, 400));
   }
@@ -339,6 +341,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
     const create = async (tally: Tally, b: SoakBox, fork?: SoakBox): Promise<boolean> => {
       const kind = fork ? 'fork' : 'create';
       const t0 = nowMs();
+      const started = Date.now();
       const body = { name: b.name, config: fork ? undefined : BOX_CONFIG, environment: { SOAK_NAME: b.name }, ...(fork ? { fork: fork.name } : {}) };
       const r = await a.call('POST', `/v1/projects/${b.project}/boxes?wait=${waitS}`, body);
       let box = r.body;
@@ -347,14 +350,14 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
         if (typeof done === 'string') return (tally.error(`${kind}: stuck`, `${b.name}: ${done}`), (b.broken = true), false);
         box = (await a.call('GET', boxPath(b))).body;
       } else if (r.status !== 200) {
-        tally.error(`${kind}: ${answerKind(r)}`, answerText(b.name, r));
+        tally.error(`${kind}: ${answerKind(r)}`, answerText(b.name, r), started);
         return false;
       }
       if (box?.id) b.id = box.id;
       if (box?.status !== 'running') {
         b.broken = true;
         b.expected = box?.status === 'failed' ? 'running' : b.expected;
-        tally.error(`${kind}: ended ${box?.status ?? '?'}`, `${b.name}: ${box?.error ?? JSON.stringify(box).slice(0, 300)}`);
+        tally.error(`${kind}: ended ${box?.status ?? '?'}`, `${b.name}: ${box?.error ?? JSON.stringify(box).slice(0, 300)}`, started);
         return false;
       }
       tally.sample(kind, nowMs() - t0);
@@ -398,7 +401,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       let error: string | null = r.body?.error ?? null;
       if (r.status === 202) {
         const done = await waitOp(r.headers.get('operation-id'));
-        if (typeof done === 'string') return (tally.error(`${action}: stuck`, `${b.name}: ${done}`, started), (b.broken = true), false);
+        if (typeof done === 'string') return (tally.error(`${action}: stuck`, `${b.name}: ${done}`), (b.broken = true), false);
         const g = await a.call('GET', boxPath(b));
         status = g.status === 404 ? 'gone' : g.body?.status;
         error = g.body?.error ?? done.error;
