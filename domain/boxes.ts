@@ -195,6 +195,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
       await assertQuota(ctx, trx, project, { boxes: 1, ...needOf(config) });
       // After the quota check has locked the project row: creates at the edge count in turn.
       await assertAddressRoom(ctx, trx, project, node);
+      await ctx.nodes.assertRootRoom(trx, node, needOf(config));
       await boxesRepo.insert(trx, box);
       return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
     });

@@ -193,6 +193,19 @@ export class NodeDirectory {
     if (shortOf(row, c, need).length) throw noRoom(`node ${id}`, [[row, c]], need);
   }
 
+  /**
+   * The box-roots limit again, inside the transaction that inserts a new box on node `id`, its
+   * row locked (FOR UPDATE on Postgres; a sqlite write transaction is exclusive already): the
+   * limit is per node across projects, so the project row's lock does not order these, and
+   * creates at the edge must count one after the other.
+   */
+  async assertRootRoom(trx: Db, id: string, need: Need): Promise<void> {
+    const row = await trx<NodeRow>('nodes').where({ id }).forUpdate().first();
+    if (!row || row.alloc_boxes == null) return;
+    const n = Number((await trx('boxes').where({ node: id }).count({ n: '*' }).first())?.n ?? 0);
+    if (n + 1 > row.alloc_boxes) throw noRoom(`node ${id}`, [[row, { ...EMPTY, boxes: n }]], { ...need, boxes: 1 });
+  }
+
   // ------------------------------------------------------------------ admin (GET/PUT/DELETE /v1/nodes)
 
   private view(r: NodeRow, committed: Committed | undefined): Node {

@@ -688,6 +688,10 @@ t.test('NodeDirectory', async (t) => {
     t.same(e.details, [{ field: 'name', issue: 'no node can mount another box root' }]);
     const fork = await failure(dir().assertRoom('roots-b', NEW));
     t.equal(fork.code, 'insufficient_storage', 'a fork on a full node too');
+    const inTrx = await failure(db.transaction((trx) => dir().assertRootRoom(trx, 'roots-b', SMALL)));
+    t.equal(inTrx.code, 'insufficient_storage', 'and again inside the insert transaction (creates at the edge count in turn)');
+    await db.transaction((trx) => dir().assertRootRoom(trx, 'ram-a', SMALL));
+    t.pass('a node without the limit passes it (control)');
     await dir().assertRoom('roots-b', { cpus: 0, ram_mb: 1, storage_gb: 0 });
     t.pass('a box on it may still grow');
     // A heartbeat carries the limit as the storage reads it now.
