@@ -48,6 +48,7 @@ import { RawRunner, spawnCollect } from './raw';
 import { Profiler } from './profile';
 import { runScale } from './scale';
 import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
+import { Api } from './api';
 
 const PROJECT = 'bench';
 const intEnv = (name: string, dflt: number) => {
@@ -73,12 +74,6 @@ const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toIS
 
 // ------------------------------------------------------------------ host and HTTP
 
-interface CallResult {
-  status: number;
-  headers: Headers;
-  body: any;
-  text: string;
-}
 
 function benchConfig(extra: Record<string, string> = {}): Config {
   const base = os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir();
@@ -101,27 +96,6 @@ function benchConfig(extra: Record<string, string> = {}): Config {
     },
     { readDotenv: false },
   );
-}
-
-class Api {
-  constructor(
-    readonly url: string,
-    private readonly token: string,
-  ) {}
-
-  async call(method: string, p: string, body?: unknown): Promise<CallResult> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(`${this.url}${p}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    const text = await res.text();
-    let parsed: any;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return { status: res.status, headers: res.headers, body: parsed, text };
-  }
 }
 
 interface CreateSample {

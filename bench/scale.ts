@@ -44,6 +44,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
 import type { Profiler } from './profile';
 import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
+import { Api, type CallResult } from './api';
 
 export interface ScaleOptions {
   /** How many boxes (> 0). */
@@ -120,33 +121,6 @@ const mountTypes = () =>
  *  /zfs-kstat (`fuse`); another FUSE filesystem only makes the count more careful. */
 const fuseMounts = () => mountTypes().filter((t) => t === 'fuse' || t.startsWith('fuse.')).length;
 
-interface CallResult {
-  status: number;
-  headers: Headers;
-  body: any;
-  text: string;
-}
-
-class Api {
-  constructor(
-    readonly url: string,
-    readonly token: string,
-  ) {}
-
-  async call(method: string, p: string, body?: unknown): Promise<CallResult> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(`${this.url}${p}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    const text = await res.text();
-    let parsed: any;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return { status: res.status, headers: res.headers, body: parsed, text };
-  }
-}
 
 interface Created {
   i: number;
