@@ -47,6 +47,8 @@ export interface Config {
   storageWatchdog: { intervalMs: number; hangMs: number };
   /** `zfs` commands a node runs at once per pool (workers/storage/zfs.ts). */
   zfsConcurrency: number;
+  /** The ARC cap (MB) of a zfs-fuse daemon boxhost starts (`--max-arc-size`). */
+  zfsFuseArcMb: number;
   nodeTimeoutMs: number;
   /** What a node offers: capacity × these (docs/security.md "Admission"). */
   overcommit: { cpu: number; ram: number; storage: number };
@@ -107,6 +109,7 @@ const envSchema = Joi.object({
   BOXHOST_STORAGE_WATCHDOG_SECS: Joi.number().min(0).max(3600).default(5),
   BOXHOST_STORAGE_HANG_SECS: Joi.number().min(1).max(3600).default(30),
   BOXHOST_ZFS_CONCURRENCY: Joi.number().integer().min(1).max(256).default(4),
+  BOXHOST_ZFS_FUSE_ARC_MB: Joi.number().integer().min(16).max(16384).default(1024),
   BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
   BOXHOST_CPU_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(32),
   BOXHOST_RAM_OVERCOMMIT: Joi.number().min(0.1).max(100).default(1.5),
@@ -177,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     heartbeatMs: Math.round(value.BOXHOST_HEARTBEAT_SECS * 1000),
     storageWatchdog: { intervalMs: Math.round(value.BOXHOST_STORAGE_WATCHDOG_SECS * 1000), hangMs: Math.round(value.BOXHOST_STORAGE_HANG_SECS * 1000) },
     zfsConcurrency: value.BOXHOST_ZFS_CONCURRENCY,
+    zfsFuseArcMb: value.BOXHOST_ZFS_FUSE_ARC_MB,
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
     overcommit: { cpu: value.BOXHOST_CPU_OVERCOMMIT, ram: value.BOXHOST_RAM_OVERCOMMIT, storage: value.BOXHOST_STORAGE_OVERCOMMIT },
     projectQuotas: {

@@ -29,7 +29,7 @@ export interface Need {
 }
 
 /** `roots`: box roots its storage can mount (`alloc_boxes`; zfs-fuse mounts at most 1000
- *  filesystems machine-wide). */
+ *  filesystems machine-wide, fewer with a small ARC). */
 type Resource = 'cpus' | 'ram_mb' | 'storage' | 'roots';
 
 /** The resources of `need` a node cannot promise on top of what it has promised (null
@@ -68,7 +68,7 @@ function noRoom(where: string, nodes: [NodeRow, Committed][], need: Need): Boxho
   const why = shorts.map(([r, c, s]) => `node ${r.id} has ${s.map((res) => what(res, r, c)).join(', ')} promised`).join('; ');
   const asked = `${need.boxes ? `a box of ` : ''}${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
   const all = [...new Set(shorts.flatMap(([, , s]) => s))];
-  const hint = all.includes('roots') ? ' (zfs-fuse mounts at most 1000 filesystems per machine; delete boxes there, or add a node)' : '';
+  const hint = all.includes('roots') ? ' (zfs-fuse mounts at most 1000 filesystems per machine, fewer with a small max-arc-size; delete boxes there, or add a node)' : '';
   const message = `${where} has room for ${asked} more: ${why}${hint}`;
   return new BoxhostError(shorts.every(([, , s]) => s.length > 0 && s.every(isStorage)) ? 'insufficient_storage' : 'conflict', message, all.map((res) => DETAIL[res]));
 }

@@ -66,9 +66,40 @@ fi
 
 zfs_answers() { zpool list -H >/dev/null 2>&1; }
 
+# zfs-fuse's ARC holds ~256 KiB of pinned metadata per mounted filesystem in use, and a full ARC
+# hangs the daemon for good: the 100 MB of Debian's zfsrc hung at ~390 box roots. zfs-fuse reads
+# zfsrc when it starts, so it is raised here for every way the daemon starts (init script,
+# systemd, this script, boxhost's watchdog, which also passes --max-arc-size).
+ZFS_FUSE_ARC_MB=${BOXHOST_ZFS_FUSE_ARC_MB:-1024}
+ZFSRC=/etc/zfs/zfsrc
+arc_raised=""
+if [ -f "$ZFSRC" ]; then
+  cur=$(sed -n 's/^[[:space:]]*max-arc-size[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$ZFSRC" | tail -n 1)
+  if [ -z "$cur" ] || [ "$cur" -lt "$ZFS_FUSE_ARC_MB" ]; then
+    sed -i '/^[[:space:]]*max-arc-size[[:space:]]*=/d' "$ZFSRC"
+    echo "max-arc-size = $ZFS_FUSE_ARC_MB" >>"$ZFSRC"
+    log "$ZFSRC: max-arc-size ${cur:-unset} -> $ZFS_FUSE_ARC_MB (MB)"
+    arc_raised=yes
+  fi
+fi
+
 if zfs_answers; then
-  log "ZFS answers (zpool list)"
-  exit 0
+  if [ -n "$arc_raised" ] && pgrep -x zfs-fuse >/dev/null; then
+    # A daemon that holds nothing yet is restarted so it takes the new cap; one that serves
+    # pools keeps running (boxhost counts fewer boxes for it until it restarts).
+    if [ -z "$(zpool list -H -o name 2>/dev/null)" ] && ! grep -q ' fuse.zfs ' /proc/self/mountinfo; then
+      log "restarting the idle zfs-fuse so it runs with the new ARC cap"
+      pkill -x zfs-fuse || true
+      for _ in $(seq 1 100); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+      rm -f "$ZFS_FUSE_PIDFILE"
+    else
+      log "zfs-fuse serves pools already: it keeps its old ARC cap until it restarts"
+      exit 0
+    fi
+  else
+    log "ZFS answers (zpool list)"
+    exit 0
+  fi
 fi
 
 [ -x "$ZFS_FUSE" ] || die "zpool does not answer and $ZFS_FUSE is missing"
@@ -91,7 +122,7 @@ if [ -z "$started" ] && ! pgrep -x zfs-fuse >/dev/null; then
     fi
   fi
   # It daemonizes itself.
-  "$ZFS_FUSE" --pidfile "$ZFS_FUSE_PIDFILE" || die "zfs-fuse failed to start (exit $?)"
+  "$ZFS_FUSE" --pidfile "$ZFS_FUSE_PIDFILE" --max-arc-size "$ZFS_FUSE_ARC_MB" || die "zfs-fuse failed to start (exit $?)"
 fi
 
 for _ in $(seq 1 $((ZFS_WAIT_SECONDS * 10))); do

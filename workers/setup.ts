@@ -27,6 +27,7 @@ export function createDrivers(config: Config, log: Logger): Drivers {
       poolSizeGb: config.poolSizeGb,
       hostTag: config.hostTag,
       concurrency: config.zfsConcurrency,
+      fuseArcMb: config.zfsFuseArcMb,
       logger: log.child({ driver: 'zfs' }),
     }),
     runtime: new RuncRuntime({ dataDir: config.dataDir, hostTag: config.hostTag, logger: log.child({ driver: 'runc' }) }),

@@ -30,7 +30,7 @@ import { settleWithin } from '../../core/timeout';
 import { shiftTree } from '../bases/idShift';
 import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
 import { fuseMountsOf, isPrivateMount, mountedUnder, mountFlags, processAlive, removeEmptyDirs } from './hostFs';
-import { isDaemonDown, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
+import { isDaemonDown, ROOTS_PER_ARC_MB, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
 
 export interface ZfsStorageOptions {
   dataDir: string;
@@ -40,6 +40,8 @@ export interface ZfsStorageOptions {
   hostTag: string;
   /** `zfs` commands run at once on this pool by this process (BOXHOST_ZFS_CONCURRENCY; 4). */
   concurrency?: number;
+  /** The ARC cap (MB) of a zfs-fuse daemon this driver starts (BOXHOST_ZFS_FUSE_ARC_MB; 1024). */
+  fuseArcMb?: number;
   logger?: DriverLogger;
 }
 
@@ -127,7 +129,7 @@ export class ZfsStorage implements StorageDriver {
     this.defaultMount = path.join(this.zfsDir, 'mnt');
     this.mountRoot = this.defaultMount;
     this.log = opts.logger ?? { debug: noop, info: noop, warn: noop };
-    this.daemon = new ZfsFuseDaemon(this.log);
+    this.daemon = new ZfsFuseDaemon(this.log, opts.fuseArcMb);
     if (opts.pool) {
       if (!/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/.test(opts.pool)) throw new Error(`invalid ZFS pool ${JSON.stringify(opts.pool)}`);
       this.pool = opts.pool.split('/')[0];
@@ -145,6 +147,15 @@ export class ZfsStorage implements StorageDriver {
 
   async init(): Promise<void> {
     await this.ensureDaemon();
+    if (this.restartable) {
+      const arcMb = this.daemon.runningArcMb();
+      if (arcMb * ROOTS_PER_ARC_MB < ZFS_FUSE_MAX_MOUNTS) {
+        this.log.warn(
+          { arcMb, roots: Math.floor(arcMb * ROOTS_PER_ARC_MB) },
+          `the running zfs-fuse has an ARC of ${arcMb} MB, which holds about ${Math.floor(arcMb * ROOTS_PER_ARC_MB)} mounted filesystems: this node takes fewer boxes until zfs-fuse runs with max-arc-size ${Math.ceil(ZFS_FUSE_MAX_MOUNTS / ROOTS_PER_ARC_MB)} or more (/etc/zfs/zfsrc, or stop it and let boxhost start it)`,
+        );
+      }
+    }
     if (this.ownsPool) await this.ensureLoopPool();
     else await this.ensureConfiguredPool();
     await this.ensureLayout();
@@ -190,17 +201,19 @@ export class ZfsStorage implements StorageDriver {
 
   /**
    * How many box roots this node can hold mounted in all, or null without a limit (kernel ZFS).
-   * zfs-fuse mounts at most ZFS_FUSE_MAX_MOUNTS filesystems machine-wide: what every other
-   * mount takes (other pools, this pool's bases and layout datasets) and a reserve for what
-   * this node mounts besides roots (a project's first box mounts its shifted base) are not for
-   * roots. The node reports it with every heartbeat; admission counts box rows against it
-   * (docs/security.md "Admission").
+   * zfs-fuse mounts at most ZFS_FUSE_MAX_MOUNTS filesystems machine-wide, and its ARC holds
+   * about ROOTS_PER_ARC_MB mounted filesystems in use per MB (past it the daemon hangs): the
+   * lower of the two, less what every other mount takes (other pools, this pool's bases and
+   * layout datasets) and a reserve for what this node mounts besides roots (a project's first
+   * box mounts its shifted base). The node reports it with every heartbeat; admission counts
+   * box rows against it (docs/security.md "Admission").
    */
   async rootLimit(): Promise<number | null> {
     if (!this.restartable) return null;
     const mounts = zfsFuseMounts();
     const roots = mounts.filter((m) => m.startsWith(`${this.root}/boxes/`)).length;
-    return Math.max(0, ZFS_FUSE_MAX_MOUNTS - (mounts.length - roots) - ROOT_MOUNT_RESERVE);
+    const held = Math.min(ZFS_FUSE_MAX_MOUNTS, Math.floor(this.daemon.runningArcMb() * ROOTS_PER_ARC_MB));
+    return Math.max(0, held - (mounts.length - roots) - ROOT_MOUNT_RESERVE);
   }
 
   /**

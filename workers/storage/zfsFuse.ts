@@ -16,11 +16,23 @@ const COMM = 'zfs-fuse';
 export const isDaemonDown = (text: string) => /failed to initialize ZFS library|zfs-fuse daemon|modules are not loaded|\/dev\/zfs/i.test(text);
 
 export class ZfsFuseDaemon {
-  constructor(private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void }) {}
+  /**
+   * @param arcMb the ARC cap a daemon this class starts gets (`--max-arc-size`,
+   *   BOXHOST_ZFS_FUSE_ARC_MB): see ROOTS_PER_ARC_MB.
+   */
+  constructor(
+    private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void },
+    readonly arcMb = DEFAULT_ZFS_FUSE_ARC_MB,
+  ) {}
 
   /** Whether this host runs ZFS through zfs-fuse (installed), so a daemon can be restarted. */
   get installed(): boolean {
     return fs.existsSync(ZFS_FUSE);
+  }
+
+  /** The running daemon's ARC cap in MB (daemonArcMb), whoever started it. */
+  runningArcMb(): number {
+    return daemonArcMb(this.pid() ?? findByComm(COMM));
   }
 
   /** The daemon's pid (from its pidfile, checked against the process's name), or null. */
@@ -48,12 +60,12 @@ export class ZfsFuseDaemon {
    */
   async start(answers: () => Promise<boolean>): Promise<void> {
     if (!this.installed) throw new Error(`ZFS is not reachable and ${ZFS_FUSE} is not installed`);
-    this.log.info({}, 'starting the zfs-fuse daemon');
+    this.log.info({ arcMb: this.arcMb }, 'starting the zfs-fuse daemon');
     removeStalePidfile(ZFS_FUSE_PIDFILE, COMM);
     fs.mkdirSync(path.join(realDir('/var/lock'), 'zfs'), { recursive: true, mode: 0o700 });
     // zfs-fuse daemonizes itself (and closes our pipes), so this returns at once. A concurrent
     // start by another process fails here; the wait below tells whether one of them won.
-    const started: RunResult = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE], { allowFailure: true, timeoutMs: 30_000 });
+    const started: RunResult = await run([ZFS_FUSE, '--pidfile', ZFS_FUSE_PIDFILE, '--max-arc-size', String(this.arcMb)], { allowFailure: true, timeoutMs: 30_000 });
     for (let waited = 0; waited < 20_000; waited += 100) {
       if (await answers()) return;
       await sleep(100);
@@ -103,4 +115,56 @@ export function zfsFuseMounts(mountinfo = fs.readFileSync('/proc/self/mountinfo'
     if (fstype === 'fuse.zfs' && source) out.push(source);
   }
   return out;
+}
+
+/**
+ * The ARC cap of a daemon started by boxhost (BOXHOST_ZFS_FUSE_ARC_MB). Debian's
+ * /etc/zfs/zfsrc says 100 MB, which holds ~390 mounted filesystems in use (ROOTS_PER_ARC_MB).
+ */
+export const DEFAULT_ZFS_FUSE_ARC_MB = 1024;
+
+/**
+ * What one MB of zfs-fuse's ARC holds: each mounted filesystem a process has looked into pins
+ * ~256 KiB of metadata there, and once pinned metadata fills the ARC the daemon waits forever
+ * for room (every FUSE request of the machine hangs; the watchdog then restarts it). Measured
+ * (raw `zfs clone` + a read of a file in it, one at a time): the 100 MB of Debian's zfsrc hung
+ * at ~390 filesystems, 200 MB at ~786, 1024 MB held all 990. Counted lower, as 3 per MB, for
+ * what a running box touches besides.
+ */
+export const ROOTS_PER_ARC_MB = 3;
+
+/** What a `max-arc-size` of zfs-fuse nobody set is taken to be: Debian's zfsrc value. */
+const ASSUMED_ARC_MB = 100;
+
+/**
+ * The ARC cap (MB) of the running zfs-fuse daemon: its `--max-arc-size`/`-m` argument, else
+ * `max-arc-size` of /etc/zfs/zfsrc (read at its start; a later edit is not seen), else 100.
+ */
+export function daemonArcMb(pid: number | null, zfsrc = readOr('/etc/zfs/zfsrc')): number {
+  const argv = pid ? readOr(`/proc/${pid}/cmdline`).split('\0') : [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const inline = /^--max-arc-size=(\d+)$/.exec(a) ?? /^-m(\d+)$/.exec(a);
+    if (inline) return Number(inline[1]);
+    if ((a === '--max-arc-size' || a === '-m') && /^\d+$/.test(argv[i + 1] ?? '')) return Number(argv[i + 1]);
+  }
+  const conf = /^\s*max-arc-size\s*=\s*(\d+)\s*$/m.exec(zfsrc);
+  return conf ? Number(conf[1]) : ASSUMED_ARC_MB;
+}
+
+/** The first process named `comm`, from /proc (a daemon started without our pidfile). */
+function findByComm(comm: string): number | null {
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    if (readOr(`/proc/${name}/comm`).trim() === comm) return Number(name);
+  }
+  return null;
+}
+
+function readOr(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
 }
