@@ -23,9 +23,10 @@
  * projects of at most 500 (2 for 1000), so they fit a project's address block whatever
  * BOXHOST_PROJECT_PREFIX is (a /24 holds 253, the /22 default 1021).
  *
- * On zfs-fuse there are fewer: the daemon mounts at most 1000 filesystems machine-wide, and the
- * host mounts 11 of its own, so the boxes are capped to what it has room for (978 on an otherwise
- * idle machine; the report says so). Past the limit a root is made but never mounted, and
+ * On zfs-fuse there are fewer: the daemon mounts at most 1000 filesystems machine-wide (fewer if
+ * its ARC is small: ROOTS_PER_ARC_MB), the host mounts 11 of its own and the node keeps 16
+ * spare, so the boxes are capped as the node's admission caps them (972 on an otherwise idle
+ * machine; the report says so). Past the limit a root is made but never mounted, and
  * zfs-fuse keeps it "busy" until the daemon restarts: the box, and then its pool, cannot be
  * destroyed.
  */
@@ -45,6 +46,8 @@ import { projectsRepo } from '../db/repos/projects';
 import type { Profiler } from './profile';
 import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
 import { Api, type CallResult } from './api';
+import { ROOT_MOUNT_RESERVE } from '../workers/storage/zfs';
+import { ROOTS_PER_ARC_MB, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon } from '../workers/storage/zfsFuse';
 
 export interface ScaleOptions {
   /** How many boxes (> 0). */
@@ -103,12 +106,9 @@ const PER_PROJECT = 500;
 const STOP_FAILED_SHARE = 0.5;
 /** The create's target: the last hundred's p50 at most this times the first hundred's. */
 const SCALE_TARGET = 1.2;
-/** zfs-fuse's MAX_FILESYSTEMS (src/zfs-fuse/fuse_listener.c): mounts past it are undone. */
-const ZFS_FUSE_MAX_FILESYSTEMS = 1000;
 /** What a host mounts besides box roots: the pool, bases, bases/busybox, its version, boxes,
  *  data, shifted, shifted/busybox, its version (and one shifted copy per project). */
 const HOST_DATASETS = 9;
-const MOUNT_MARGIN = 10;
 
 /** mountinfo's filesystem types, one per mount ("… - <fstype> <source> <options>"). */
 const mountTypes = () =>
@@ -370,9 +370,15 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
   // restarts: neither it nor its pool can be destroyed (seen at box 988 of 1000). So the boxes
   // are kept to what the daemon has room for.
   const mountedBefore = fuseMounts();
-  const room = fs.existsSync('/dev/zfs') ? Infinity : ZFS_FUSE_MAX_FILESYSTEMS - mountedBefore - (HOST_DATASETS + Math.ceil(opts.boxes / perProject)) - MOUNT_MARGIN;
+  // The node's own arithmetic (ZfsStorage.rootLimit): what zfs-fuse mounts at most, or fewer
+  // if its ARC holds fewer, less what else is mounted and the node's reserve.
+  const held = Math.min(ZFS_FUSE_MAX_MOUNTS, Math.floor(new ZfsFuseDaemon({ info() {}, warn() {} }).runningArcMb() * ROOTS_PER_ARC_MB));
+  const room = fs.existsSync('/dev/zfs') ? Infinity : held - mountedBefore - (HOST_DATASETS + Math.ceil(opts.boxes / perProject)) - ROOT_MOUNT_RESERVE;
   const N = Math.max(0, Math.min(opts.boxes, room));
-  const capped = N < opts.boxes ? `zfs-fuse mounts at most ${ZFS_FUSE_MAX_FILESYSTEMS} filesystems; ${mountedBefore} FUSE filesystems were mounted before this host, which mounts ${HOST_DATASETS} + 1 per project of its own (and ${MOUNT_MARGIN} are kept spare): ${N} boxes instead of ${opts.boxes}` : null;
+  const capped =
+    N < opts.boxes
+      ? `zfs-fuse mounts at most ${held} filesystems here (${ZFS_FUSE_MAX_MOUNTS}, or ${ROOTS_PER_ARC_MB} per MB of its ARC); ${mountedBefore} FUSE filesystems were mounted before this host, which mounts ${HOST_DATASETS} + 1 per project of its own (and the node keeps ${ROOT_MOUNT_RESERVE} spare): ${N} boxes instead of ${opts.boxes}`
+      : null;
   if (N < 1) {
     return { results: { boxes: N, asked: opts.boxes, error: capped }, report: [`scale: skipped: ${capped}`], firstHundred: [], lastHundred: [], firstRange: '', lastRange: '', target: SCALE_TARGET, problems: [], error: new Error(`scale: ${capped}`) };
   }

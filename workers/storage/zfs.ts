@@ -62,7 +62,7 @@ export class StorageInUseError extends Error {
 }
 
 /** zfs-fuse mounts kept for what a node mounts besides box roots once it runs (`rootLimit`). */
-const ROOT_MOUNT_RESERVE = 16;
+export const ROOT_MOUNT_RESERVE = 16;
 // zfs-fuse can hang when its daemon wedges; a bounded wait turns that into an error.
 const CMD_TIMEOUT_MS = 120_000;
 // "dataset is busy" right after use clears within ~10-30 ms here; 12 tries cover ~6 s.
