@@ -70,13 +70,17 @@ zfs_answers() { zpool list -H >/dev/null 2>&1; }
 # hangs the daemon for good: the 100 MB of Debian's zfsrc hung at ~390 box roots. zfs-fuse reads
 # zfsrc when it starts, so it is raised here for every way the daemon starts (init script,
 # systemd, this script, boxhost's watchdog, which also passes --max-arc-size).
+# (BOXHOST_ZFS_FUSE_ARC_MB is read from this script's environment only, not from .env.)
 ZFS_FUSE_ARC_MB=${BOXHOST_ZFS_FUSE_ARC_MB:-1024}
+[[ "$ZFS_FUSE_ARC_MB" =~ ^[0-9]+$ ]] && [ "$ZFS_FUSE_ARC_MB" -ge 16 ] && [ "$ZFS_FUSE_ARC_MB" -le 16384 ] ||
+  die "BOXHOST_ZFS_FUSE_ARC_MB=$ZFS_FUSE_ARC_MB: must be a whole number of MB from 16 to 16384"
 ZFSRC=/etc/zfs/zfsrc
 arc_raised=""
 if [ -f "$ZFSRC" ]; then
   cur=$(sed -n 's/^[[:space:]]*max-arc-size[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$ZFSRC" | tail -n 1)
   if [ -z "$cur" ] || [ "$cur" -lt "$ZFS_FUSE_ARC_MB" ]; then
     sed -i '/^[[:space:]]*max-arc-size[[:space:]]*=/d' "$ZFSRC"
+    if [ -s "$ZFSRC" ] && [ -n "$(tail -c 1 "$ZFSRC")" ]; then echo >>"$ZFSRC"; fi
     echo "max-arc-size = $ZFS_FUSE_ARC_MB" >>"$ZFSRC"
     log "$ZFSRC: max-arc-size ${cur:-unset} -> $ZFS_FUSE_ARC_MB (MB)"
     arc_raised=yes
@@ -86,11 +90,17 @@ fi
 if zfs_answers; then
   if [ -n "$arc_raised" ] && pgrep -x zfs-fuse >/dev/null; then
     # A daemon that holds nothing yet is restarted so it takes the new cap; one that serves
-    # pools keeps running (boxhost counts fewer boxes for it until it restarts).
+    # pools keeps running (a node reads zfsrc as newer than the daemon, so it counts the
+    # boxes of a 100 MB ARC until the daemon restarts).
     if [ -z "$(zpool list -H -o name 2>/dev/null)" ] && ! grep -q ' fuse.zfs ' /proc/self/mountinfo; then
       log "restarting the idle zfs-fuse so it runs with the new ARC cap"
       pkill -x zfs-fuse || true
       for _ in $(seq 1 100); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+      if pgrep -x zfs-fuse >/dev/null; then
+        pkill -KILL -x zfs-fuse || true
+        for _ in $(seq 1 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+        pgrep -x zfs-fuse >/dev/null && die "zfs-fuse did not stop (pid $(pgrep -x zfs-fuse | tr '\n' ' '))"
+      fi
       rm -f "$ZFS_FUSE_PIDFILE"
     else
       log "zfs-fuse serves pools already: it keeps its old ARC cap until it restarts"
@@ -110,8 +120,9 @@ log "starting zfs-fuse"
 # zfs-fuse locks /var/lock/zfs/zfs_lock and exits 1 (said only to syslog) when /var/lock is gone.
 mkdir -p "$(readlink -f /var/lock)/zfs"
 started=""
-if [ -d /run/systemd/system ] && systemctl start zfs-fuse >/dev/null 2>&1; then
-  started=systemd
+if [ -d /run/systemd/system ]; then
+  # restart: a unit whose daemon was killed above may still be "active" (RemainAfterExit).
+  if systemctl restart zfs-fuse >/dev/null 2>&1 && pgrep -x zfs-fuse >/dev/null; then started=systemd; fi
 fi
 if [ -z "$started" ] && ! pgrep -x zfs-fuse >/dev/null; then
   # A pidfile left by a daemon that died makes zfs-fuse exit 1 without a word.

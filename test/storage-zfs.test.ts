@@ -2,7 +2,6 @@
  * ZfsStorage against the real ZFS of the build machine (zfs-fuse here): its own data dir and
  * host tag, so its pool `boxhost-<tag>` never meets another test's, and the pool goes at the end.
  */
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -13,7 +12,7 @@ import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';
 import { StorageInUseError, ZfsStorage } from '../workers/storage/zfs';
-import { daemonArcMb, ROOTS_PER_ARC_MB, ZFS_FUSE_MAX_MOUNTS, ZFS_FUSE_PIDFILE, zfsFuseMounts } from '../workers/storage/zfsFuse';
+import { ROOTS_PER_ARC_MB, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from '../workers/storage/zfsFuse';
 
 const hostTag = `zt${crypto.randomBytes(3).toString('hex')}`;
 const dataDir = fs.mkdtempSync(path.join(fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir(), `boxhost-zfs-${hostTag}-`));
@@ -240,8 +239,7 @@ t.test('rootLimit: what zfs-fuse can still mount, box roots of this pool not cou
   const others = () => zfsFuseMounts().filter((m) => !m.startsWith(`${pool}/boxes/`)).length;
   await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
   const before = await storage.rootLimit();
-  const pid = Number(fs.readFileSync(ZFS_FUSE_PIDFILE, 'utf8'));
-  const held = Math.min(ZFS_FUSE_MAX_MOUNTS, Math.floor(daemonArcMb(pid) * ROOTS_PER_ARC_MB));
+  const held = Math.min(ZFS_FUSE_MAX_MOUNTS, Math.floor(new ZfsFuseDaemon({ info() {}, warn() {} }).runningArcMb() * ROOTS_PER_ARC_MB));
   t.equal(before, held - others() - 16, 'the limit (mounts, or what the ARC holds) less every other mount and the reserve');
   t.ok(zfsFuseMounts().includes(`${pool}/bases`), 'this pool\'s own datasets are seen as mounts');
   const id = 'bzfsroots';
@@ -256,23 +254,6 @@ t.test('rootLimit: what zfs-fuse can still mount, box roots of this pool not cou
     ['tank/boxes/x'],
     'mountinfo: only fuse.zfs mounts, by source (optional fields before the separator)',
   );
-});
-
-t.test('daemonArcMb: the running zfs-fuse ARC cap from its arguments, else zfsrc, else Debian\'s 100', async (t) => {
-  const conf = '# max-arc-size = 7\nvdev-cache-size = 10\nmax-arc-size = 300\n';
-  t.equal(daemonArcMb(process.pid, conf), 300, 'not in our own arguments: zfsrc, comments skipped');
-  t.equal(daemonArcMb(null, '# max-arc-size = 7\n'), 100, 'set nowhere: 100');
-  t.equal(daemonArcMb(null, ''), 100);
-  // A child started with the argument, as boxhost's watchdog starts zfs-fuse.
-  const withArg = spawn(process.execPath, ['-e', 'setTimeout(()=>{}, 30000)', '--', '--max-arc-size', '2048'], { stdio: 'ignore' });
-  const withInline = spawn(process.execPath, ['-e', 'setTimeout(()=>{}, 30000)', '--', '-m512'], { stdio: 'ignore' });
-  t.teardown(() => {
-    withArg.kill('SIGKILL');
-    withInline.kill('SIGKILL');
-  });
-  await new Promise((r) => setTimeout(r, 200));
-  t.equal(daemonArcMb(withArg.pid!, conf), 2048, '--max-arc-size N wins over zfsrc');
-  t.equal(daemonArcMb(withInline.pid!, conf), 512, '-mN');
 });
 
 t.test('a fork whose clone never happened leaves no snapshot behind', async (t) => {

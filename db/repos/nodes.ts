@@ -18,7 +18,8 @@ export interface NodeRow {
   alloc_ram_mb: number | null;
   alloc_disk_gb: number | null;
   /** How many box roots its storage can hold mounted in all (null: no such limit; zfs-fuse
-   *  mounts at most 1000 filesystems machine-wide). Refreshed with every heartbeat. */
+   *  mounts at most 1000 filesystems machine-wide, fewer with a small ARC). Refreshed with
+   *  every heartbeat. */
   alloc_boxes: number | null;
   version: string;
   started_at: string;

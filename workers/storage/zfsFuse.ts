@@ -136,11 +136,19 @@ export const ROOTS_PER_ARC_MB = 3;
 /** What a `max-arc-size` of zfs-fuse nobody set is taken to be: Debian's zfsrc value. */
 const ASSUMED_ARC_MB = 100;
 
+/** /etc/zfs/zfsrc as a daemon would read it, and when it was last changed. */
+export interface Zfsrc {
+  text: string;
+  mtimeMs: number;
+}
+
 /**
  * The ARC cap (MB) of the running zfs-fuse daemon: its `--max-arc-size`/`-m` argument, else
- * `max-arc-size` of /etc/zfs/zfsrc (read at its start; a later edit is not seen), else 100.
+ * the last `max-arc-size` of /etc/zfs/zfsrc (as zfs-fuse reads it: the last line wins, a
+ * trailing `# comment` allowed), else 100. zfs-fuse reads zfsrc only when it starts: a zfsrc
+ * changed since the daemon started says nothing about the daemon, so then 100 too.
  */
-export function daemonArcMb(pid: number | null, zfsrc = readOr('/etc/zfs/zfsrc')): number {
+export function daemonArcMb(pid: number | null, zfsrc: Zfsrc = readZfsrc()): number {
   const argv = pid ? readOr(`/proc/${pid}/cmdline`).split('\0') : [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -148,8 +156,34 @@ export function daemonArcMb(pid: number | null, zfsrc = readOr('/etc/zfs/zfsrc')
     if (inline) return Number(inline[1]);
     if ((a === '--max-arc-size' || a === '-m') && /^\d+$/.test(argv[i + 1] ?? '')) return Number(argv[i + 1]);
   }
-  const conf = /^\s*max-arc-size\s*=\s*(\d+)\s*$/m.exec(zfsrc);
-  return conf ? Number(conf[1]) : ASSUMED_ARC_MB;
+  const started = pid ? processStartMs(pid) : null;
+  if (started !== null && zfsrc.mtimeMs > started) return ASSUMED_ARC_MB;
+  let value: number | null = null;
+  for (const line of zfsrc.text.split('\n')) {
+    const m = /^\s*max-arc-size\s*=\s*(\d+)\s*(#.*)?$/.exec(line);
+    if (m) value = Number(m[1]);
+  }
+  return value ?? ASSUMED_ARC_MB;
+}
+
+function readZfsrc(file = '/etc/zfs/zfsrc'): Zfsrc {
+  try {
+    return { text: fs.readFileSync(file, 'utf8'), mtimeMs: fs.statSync(file).mtimeMs };
+  } catch {
+    return { text: '', mtimeMs: 0 };
+  }
+}
+
+/** When a process started (ms since the epoch), from its stat's starttime and the boot time;
+ *  null when unknown. Clock ticks are 100 a second on Linux (USER_HZ). */
+export function processStartMs(pid: number): number | null {
+  const stat = readOr(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // Fields after the name start at 3 (state); starttime is field 22.
+  const ticks = Number(fields[22 - 3]);
+  const btime = /^btime (\d+)$/m.exec(readOr('/proc/stat'));
+  if (!Number.isFinite(ticks) || !btime) return null;
+  return Number(btime[1]) * 1000 + (ticks / 100) * 1000;
 }
 
 /** The first process named `comm`, from /proc (a daemon started without our pidfile). */

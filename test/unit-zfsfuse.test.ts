@@ -1,0 +1,43 @@
+/**
+ * What a node reads of the running zfs-fuse daemon's ARC cap (workers/storage/zfsFuse.ts
+ * `daemonArcMb`): the cap bounds how many box roots the node admits, because a full ARC hangs
+ * the daemon. No ZFS needed: the "daemons" are node processes with the daemon's arguments.
+ */
+import { spawn } from 'node:child_process';
+import t, { type Test } from 'tap';
+import { daemonArcMb, processStartMs } from '../workers/storage/zfsFuse';
+
+const old = (text: string) => ({ text, mtimeMs: 0 });
+
+/** A process whose command line ends with `args`, as the daemon's would. */
+function fakeDaemon(t: Test, ...args: string[]): number {
+  const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)', '--', ...args], { stdio: 'ignore' });
+  t.teardown(() => void child.kill('SIGKILL'));
+  return child.pid!;
+}
+
+t.test('from zfsrc when the daemon was given no cap', async (t) => {
+  t.equal(daemonArcMb(null, old('vdev-cache-size = 10\nmax-arc-size = 300\n')), 300);
+  t.equal(daemonArcMb(null, old('# max-arc-size = 7\n')), 100, 'commented out: set nowhere, 100 (Debian\'s zfsrc value)');
+  t.equal(daemonArcMb(null, old('')), 100, 'no zfsrc: 100');
+  t.equal(daemonArcMb(null, old('max-arc-size = 100\nmax-arc-size = 1024\n')), 1024, 'the last line wins, as zfs-fuse reads it');
+  t.equal(daemonArcMb(null, old('max-arc-size = 512   # raised for boxhost\n')), 512, 'a trailing comment is allowed');
+  t.equal(daemonArcMb(null, old('max-arc-size = lots\n')), 100, 'not a number: ignored');
+});
+
+t.test('from the daemon\'s own arguments first', async (t) => {
+  const conf = old('max-arc-size = 300\n');
+  t.equal(daemonArcMb(fakeDaemon(t, '--pidfile', '/x', '--max-arc-size', '2048'), conf), 2048, '--max-arc-size N');
+  t.equal(daemonArcMb(fakeDaemon(t, '--max-arc-size=640'), conf), 640, '--max-arc-size=N');
+  t.equal(daemonArcMb(fakeDaemon(t, '-m512'), conf), 512, '-mN');
+  t.equal(daemonArcMb(fakeDaemon(t, '-m', '256'), conf), 256, '-m N');
+  t.equal(daemonArcMb(fakeDaemon(t, '--pidfile', '/x'), conf), 300, 'none: zfsrc');
+});
+
+t.test('a zfsrc changed after the daemon started says nothing about it', async (t) => {
+  const pid = fakeDaemon(t, '--pidfile', '/x');
+  const started = processStartMs(pid);
+  t.ok(started !== null && Math.abs(started - Date.now()) < 60_000, `the start time is read from /proc (${started})`);
+  t.equal(daemonArcMb(pid, { text: 'max-arc-size = 1024\n', mtimeMs: Date.now() + 5000 }), 100, 'edited since: the daemon may still run on 100');
+  t.equal(daemonArcMb(pid, { text: 'max-arc-size = 1024\n', mtimeMs: started! - 5000 }), 1024, 'edited before it started: what it read');
+});
