@@ -604,6 +604,9 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
       zfs_fuse_rss_before_kb: memBefore.zfs_fuse_rss_kb,
       zfs_fuse_rss_after_kb: memAfter.zfs_fuse_rss_kb,
       zfs_fuse_rss_per_box_kb: round1((memAfter.zfs_fuse_rss_kb - memBefore.zfs_fuse_rss_kb) / n),
+      // The daemon's ARC grows and shrinks with what was read before (a bench or soak just
+      // before this one leaves it full): the machine-wide figure moves with it. Without it:
+      used_no_cache_without_zfs_fuse_per_box_kb: round1((memAfter.used_no_cache_kb - memBefore.used_no_cache_kb - (memAfter.zfs_fuse_rss_kb - memBefore.zfs_fuse_rss_kb)) / n),
       bench_process_rss_per_box_kb: round1((memAfter.bench_process_rss_kb - memBefore.bench_process_rss_kb) / n),
       processes_per_box: round1((memAfter.processes - memBefore.processes) / n),
       kernel_per_box_kb: Object.fromEntries(
@@ -706,7 +709,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
     other.push([`list every project (${L.all_projects.pages} pages)`, p50p95(summarize(allRuns.map((r) => r.ms))) + ' ms', `${L.all_projects.boxes} boxes; per page ${p50p95(summarize(allRuns.flatMap((r) => r.pageMs)))} ms; ${LIST_REPS} walks`]);
     other.push([`list one project (${L.one_project.pages} pages)`, p50p95(summarize(oneRuns.map((r) => r.ms))) + ' ms', `${L.one_project.boxes} boxes; per page ${p50p95(summarize(oneRuns.flatMap((r) => r.pageMs)))} ms; ${LIST_REPS} walks`]);
     if (!cliNote) other.push(['box ls --all-projects (CLI, 1 page)', p50p95(summarize(cliRuns)) + ' ms', `the CLI's own start (box --version): p50 ${fmtMs(summarize(cliVersion).p50)} ms; ${CLI_REPS} runs`]);
-    other.push(['host memory per idle box', `${mib(m.used_no_cache_per_box_kb).toFixed(2)} MiB`, `used without cache ${mib(memBefore.used_no_cache_kb).toFixed(0)} → ${mib(memAfter.used_no_cache_kb).toFixed(0)} MiB over ${ok.length} boxes (MemTotal−MemAvailable: ${mib(m.used_minus_available_per_box_kb).toFixed(2)} MiB/box)`]);
+    other.push(['host memory per idle box', `${mib(m.used_no_cache_per_box_kb).toFixed(2)} MiB`, `used without cache ${mib(memBefore.used_no_cache_kb).toFixed(0)} → ${mib(memAfter.used_no_cache_kb).toFixed(0)} MiB over ${ok.length} boxes (MemTotal−MemAvailable: ${mib(m.used_minus_available_per_box_kb).toFixed(2)} MiB/box; without zfs-fuse's RSS change: ${mib(m.used_no_cache_without_zfs_fuse_per_box_kb).toFixed(2)} MiB/box)`]);
     other.push(['zfs-fuse RSS', `${mib(memBefore.zfs_fuse_rss_kb).toFixed(0)} → ${mib(memAfter.zfs_fuse_rss_kb).toFixed(0)} MiB`, `${m.zfs_fuse_rss_per_box_kb} KiB per box; filesystems mounted ${memBefore.zfs_fuse_mounts} → ${memAfter.zfs_fuse_mounts}${results.node_storage_restarts ? ' (the daemon was restarted in between: its RSS started afresh)' : ''}`]);
     other.push(['box cgroup memory.usage_in_bytes', `${(m.cgroup_usage_bytes.p50 / 1024).toFixed(0)} / ${(m.cgroup_usage_bytes.p95 / 1024).toFixed(0)} KiB`, `rss p50 ${(m.cgroup_rss_bytes.p50 / 1024).toFixed(0)} KiB, cache p50 ${(m.cgroup_cache_bytes.p50 / 1024).toFixed(0)} KiB; ${m.cgroups_read} cgroups, ${(m.cgroup_usage_sum_kb / 1024).toFixed(0)} MiB in all`]);
     other.push(['per box, elsewhere', `${m.processes_per_box} processes`, `bench process (api + node) RSS ${m.bench_process_rss_per_box_kb} KiB/box; kernel: ${Object.entries(m.kernel_per_box_kb).map(([k, v]) => `${k} ${v} KiB`).join(', ')}`]);
