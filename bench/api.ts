@@ -13,17 +13,23 @@ export class Api {
     readonly token: string,
   ) {}
 
-  async call(method: string, p: string, body?: unknown): Promise<CallResult> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(`${this.url}${p}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    const text = await res.text();
-    let parsed: any;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return { status: res.status, headers: res.headers, body: parsed, text };
+  call(method: string, p: string, body?: unknown): Promise<CallResult> {
+    return callJson(this.url, this.token, method, p, body);
   }
+}
+
+/** One API call with the bearer token and a JSON body; its answer parsed as JSON where it is
+ *  (the soak's client adds retries and a deadline around it). Transport errors throw. */
+export async function callJson(url: string, token: string, method: string, p: string, body?: unknown, signal?: AbortSignal): Promise<CallResult> {
+  const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`${url}${p}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+  const text = await res.text();
+  let parsed: any;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: res.status, headers: res.headers, body: parsed, text };
 }

@@ -32,8 +32,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { hostLogger } from './hostLog';
 import { loadConfig, Config } from '../core/config';
 import { startHost, Host } from '../server/host';
 import { cleanupHost } from '../test/helpers/cleanup';
@@ -274,22 +273,10 @@ async function main(): Promise<number> {
 
   // The host's log, kept in memory (for the per-operation breakdown); warnings also to stderr.
   const logs: any[] = [];
-  const sink = new Writable({
-    write(chunk, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) {
-        if (!line) continue;
-        try {
-          const entry = JSON.parse(line);
-          logs.push(entry);
-          if (entry.level >= 40 && profiler.phase !== 'teardown') process.stderr.write(`[host] ${line}\n`);
-        } catch {
-          /* not JSON */
-        }
-      }
-      cb();
-    },
+  const log = hostLogger('debug', (entry, line) => {
+    logs.push(entry);
+    if (entry.level >= 40 && profiler.phase !== 'teardown') process.stderr.write(`[host] ${line}\n`);
   });
-  const log = pino({ level: 'debug' }, sink);
 
   let host: Host | undefined;
   let api: Api | undefined;

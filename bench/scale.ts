@@ -34,8 +34,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { hostLogger } from './hostLog';
 import type { Config } from '../core/config';
 import { startHost, Host } from '../server/host';
 import { cleanupHost } from '../test/helpers/cleanup';
@@ -412,33 +411,21 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
   const opLog = new Map<string, { running?: number; succeeded?: number; retries: number }>();
   const warnings: string[] = [];
   let warningCount = 0;
-  const sink = new Writable({
-    write(chunk, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) {
-        if (!line) continue;
-        try {
-          const e = JSON.parse(line);
-          if (e.op && keep.has(e.msg)) {
-            const o = opLog.get(e.op) ?? { retries: 0 };
-            if (e.msg === 'operation running') o.running ??= e.time;
-            if (e.msg === 'operation succeeded') o.succeeded = e.time;
-            if (e.msg === 'operation step failed') o.retries++;
-            opLog.set(e.op, o);
-          }
-          if (e.part === 'storage-watchdog' || e.part === 'storage-recovery' || e.msg === 'killed the zfs-fuse daemon') storageEvents.push({ time: e.time, msg: e.msg });
-          if (e.level >= 40 && profiler.phase !== 'teardown') {
-            if (warnings.length < 20) warnings.push(`${e.msg}${e.err ? `: ${String(e.err.message ?? e.err).slice(0, 200)}` : ''}`);
-            warningCount++;
-            process.stderr.write(`[scale host] ${line}\n`);
-          }
-        } catch {
-          /* not JSON */
-        }
-      }
-      cb();
-    },
+  const log = hostLogger('info', (e, line) => {
+    if (e.op && keep.has(e.msg)) {
+      const o = opLog.get(e.op) ?? { retries: 0 };
+      if (e.msg === 'operation running') o.running ??= e.time;
+      if (e.msg === 'operation succeeded') o.succeeded = e.time;
+      if (e.msg === 'operation step failed') o.retries++;
+      opLog.set(e.op, o);
+    }
+    if (e.part === 'storage-watchdog' || e.part === 'storage-recovery' || e.msg === 'killed the zfs-fuse daemon') storageEvents.push({ time: e.time, msg: e.msg });
+    if (e.level >= 40 && profiler.phase !== 'teardown') {
+      if (warnings.length < 20) warnings.push(`${e.msg}${e.err ? `: ${String(e.err.message ?? e.err).slice(0, 200)}` : ''}`);
+      warningCount++;
+      process.stderr.write(`[scale host] ${line}\n`);
+    }
   });
-  const log = pino({ level: 'info' }, sink);
 
   const results: Record<string, any> = {
     boxes: N,

@@ -5,6 +5,7 @@
  * code instead of thrown.
  */
 import { nowMs } from '../bench/stats';
+import { callJson } from '../bench/api';
 
 export interface CallResult {
   /** 0 when no HTTP answer came (see `transport`). */
@@ -45,23 +46,8 @@ export class SoakApi {
   }
 
   private async once(method: string, p: string, body: unknown, timeoutMs: number): Promise<Omit<CallResult, 'ms'>> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
-    if (body !== undefined) headers['content-type'] = 'application/json';
     try {
-      const res = await fetch(`${this.url}${p}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      const text = await res.text();
-      let parsed: any;
-      try {
-        parsed = text ? JSON.parse(text) : undefined;
-      } catch {
-        parsed = undefined;
-      }
-      return { status: res.status, headers: res.headers, body: parsed, text };
+      return await callJson(this.url, this.token, method, p, body, AbortSignal.timeout(timeoutMs));
     } catch (e) {
       const err = e as Error & { cause?: { code?: string } };
       const transport = err.name === 'TimeoutError' || err.name === 'AbortError' ? 'timeout' : (err.cause?.code ?? err.name ?? 'error');

@@ -30,8 +30,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
-import pino from 'pino';
+import { hostLogger } from '../bench/hostLog';
 import { loadConfig, Config } from '../core/config';
 import { startHost, Host } from '../server/host';
 import { cleanupHost } from '../test/helpers/cleanup';
@@ -273,21 +272,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
 
   // The host's log, kept for what the soak reports: warnings and above, and storage recovery.
   const logs: any[] = [];
-  const sink = new Writable({
-    write(chunk, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) {
-        if (!line) continue;
-        try {
-          const e = JSON.parse(line);
-          if (e.level >= 40 || WATCHDOG_RE.test(String(e.msg ?? '')) || /watchdog/i.test(String(e.part ?? ''))) logs.push(e);
-        } catch {
-          /* not JSON */
-        }
-      }
-      cb();
-    },
+  const log = hostLogger('info', (e) => {
+    if (e.level >= 40 || WATCHDOG_RE.test(String(e.msg ?? '')) || /watchdog/i.test(String(e.part ?? ''))) logs.push(e);
   });
-  const log = pino({ level: 'info' }, sink);
 
   const { progress: _p, interrupted: _i, env: _e, ...plainOptions } = opts;
   const result: SoakResult = {
