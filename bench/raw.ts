@@ -100,7 +100,7 @@ export class RawRunner {
       ramMb: 512,
       environment: {},
       mounts: [],
-      tiniPath: TINI_BIN,
+      init: { kind: 'tini', path: TINI_BIN },
       busyboxPath: BUSYBOX_BIN,
       nofileHard: hostNofileHard(),
       idMap: this.opts.idMap,

@@ -36,7 +36,7 @@ t.test('boxes', async (t) => {
     t.equal((await sh('alpha', 'web', 'hostname')).stdout.trim(), 'web', 'hostname is the box name');
     const ps = (await sh('alpha', 'web', 'ps -o pid,comm')).stdout.trim().split('\n').slice(1);
     t.ok(ps.length <= 6, `ps shows only the box's processes: ${ps.join(' | ')}`);
-    t.match(ps[0], /^\s*1 tini/);
+    t.match(ps[0], /^\s*1 boxd/);
     t.not((await sh('alpha', 'web', 'mount -t tmpfs none /mnt')).exit_code, 0, 'mount fails');
     t.not((await sh('alpha', 'web', 'echo x > /sys/kernel/uevent_helper')).exit_code, 0, 'writing /sys fails');
     t.equal((await sh('alpha', 'web', 'cat /etc/boxes-env')).stdout, "GREETING='it'\\''s me'\n");

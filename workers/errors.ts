@@ -16,3 +16,8 @@ export class ExecInputError extends Error {
 export class BoxNotRunningError extends Error {
   override name = 'BoxNotRunningError';
 }
+
+/** The box runs but its agent (boxd) does not answer, or broke the protocol: 503. */
+export class BoxAgentUnavailableError extends Error {
+  override name = 'BoxAgentUnavailableError';
+}

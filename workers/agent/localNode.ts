@@ -2,7 +2,7 @@ import { BoxhostError, conflict, invalid } from '../../core/errors';
 import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
 import type { RuntimeDriver, StorageDriver } from '../drivers';
-import { BoxNotRunningError, ExecInputError } from '../errors';
+import { BoxAgentUnavailableError, BoxNotRunningError, ExecInputError } from '../errors';
 
 const HEALTH_TIMEOUT_MS = 2000;
 /** A storage check unanswered this long makes the node report its storage failing. */
@@ -61,6 +61,9 @@ export class LocalNode implements NodeClient {
         throw invalid(e.message, [{ field, issue: e.message }]);
       }
       if (e instanceof BoxNotRunningError) throw conflict('the box is not running');
+      if (e instanceof BoxAgentUnavailableError) {
+        throw new BoxhostError('unavailable', `the box's agent (boxd) is not answering: ${e.message}; the box may need a restart`, [], { 'Retry-After': '5' });
+      }
       throw e;
     } finally {
       this.runningExecs--;

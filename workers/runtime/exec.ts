@@ -11,6 +11,8 @@ import { resolveUser, ResolvedUser } from './accounts';
 import { CWD_FAILED_CODE, CWD_FAILED_MARK, superviseExec } from './execProcess';
 import { BOX_BUSYBOX, boxRlimits, DEFAULT_CAPABILITIES, processEnv, validateEnvironment } from './ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES } from '../../cluster/types';
+import type { BoxdClient } from './boxd/client';
+import { BOXD_PROTOCOL, BoxdExecRequest } from './boxd/protocol';
 
 /** Each of stdout and stderr of a collected exec is kept up to this many bytes; past that the
  *  process is killed and the answer says `truncated`. */
@@ -112,9 +114,22 @@ export interface ExecContext {
   cgroupsPath(boxId: string): string;
   /** The box's user namespace mapping (null: none). */
   idMap(boxId: string): Promise<IdMap | null>;
+  /** The box's boxd (null: a box from before boxd, reached with `runc exec`). */
+  agent(boxId: string): Promise<BoxdClient | null>;
+  /** The error to report for one boxd gave (a box that is not running says so). */
+  explain(boxId: string, e: unknown): Promise<unknown>;
 }
 
-/** Runs processes in boxes with `runc exec`, streamed or collected. */
+interface Prepared {
+  opts: ExecStreamOptions;
+  cwd: string;
+  env: Record<string, string>;
+  user: ResolvedUser;
+  idMap: IdMap | null;
+}
+
+/** Runs processes in boxes through their boxd, or with `runc exec` in a box from before boxd;
+ *  streamed or collected. */
 export class RuncExec {
   private fifoPool: string[] = [];
   private fifoFill?: Promise<void>;
@@ -144,6 +159,17 @@ export class RuncExec {
 
   private async execDetached(boxId: string, opts: ExecOptions): Promise<ExecResult> {
     const { command, cwd, env, user } = opts;
+    const agent = await this.ctx.agent(boxId);
+    if (agent) {
+      const req = await this.prepare(boxId, { command, cwd, env, user });
+      let pid: number;
+      try {
+        pid = await agent.execDetached(this.boxdRequest(req, 'detach'));
+      } catch (e) {
+        throw await this.ctx.explain(boxId, e);
+      }
+      return { exitCode: -1, stdout: '', stderr: '', pid, detached: true, truncated: false };
+    }
     const res = await collect(await this.start(boxId, { command, cwd, env, user, timeoutMs: 30_000 }, 'detach'));
     if (res.exitCode !== 0) {
       throw new ExecInputError(`could not start the detached process (exit ${res.exitCode}): ${res.stderr.trim().slice(0, 500)}`);
@@ -159,8 +185,7 @@ export class RuncExec {
    * once runc has read it), never on its command line, where any host user could read the
    * box's environment in /proc/<pid>/cmdline.
    */
-  private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode, signal?: AbortSignal): Promise<ExecProcess> {
-    const cid = this.ctx.containerId(boxId);
+  private async prepare(boxId: string, opts: ExecStreamOptions): Promise<Prepared> {
     if (!Array.isArray(opts.command) || opts.command.length === 0 || opts.command[0] === '') {
       throw new ExecInputError('command must not be empty');
     }
@@ -176,7 +201,47 @@ export class RuncExec {
     if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive', 'timeout');
 
     const user: ResolvedUser = opts.user !== undefined && opts.user !== '' ? await resolveUser(opts.user, (o) => this.exec(boxId, o)) : { uid: 0, gid: 0, groups: [] };
+    const idMap = await this.ctx.idMap(boxId);
+    if (idMap && [user.uid, user.gid, ...user.groups].some((id) => id >= idMap.size)) {
+      throw new ExecInputError(`user ${opts.user} is not an id of the box (0…${idMap.size - 1})`, 'user');
+    }
+    return { opts, cwd, env, user, idMap };
+  }
 
+  /** What boxd is asked to run (the box's environment merged with the call's, PATH first). */
+  private boxdRequest(p: Prepared, mode: ExecMode): BoxdExecRequest {
+    const env = mode === 'tty' ? { ...p.env, TERM: p.env.TERM ?? 'xterm' } : p.env;
+    return {
+      v: BOXD_PROTOCOL,
+      argv: p.opts.command,
+      env: processEnv(env),
+      cwd: p.cwd,
+      uid: p.user.uid,
+      gid: p.user.gid,
+      groups: p.user.groups,
+      tty: mode === 'tty',
+      echo: false,
+      cols: 80,
+      rows: 24,
+      stdin: p.opts.stdin === true,
+      detach: mode === 'detach',
+      timeoutMs: p.opts.timeoutMs ?? 0,
+    };
+  }
+
+  private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode, signal?: AbortSignal): Promise<ExecProcess> {
+    const p = await this.prepare(boxId, opts);
+    const agent = await this.ctx.agent(boxId);
+    if (agent) {
+      const proc = agent.exec(this.boxdRequest(p, mode), signal);
+      const exited = proc.exited.catch(async (e) => {
+        throw await this.ctx.explain(boxId, e);
+      });
+      exited.catch(() => undefined);
+      return { ...proc, exited };
+    }
+    const { cwd, env, user, idMap } = p;
+    const cid = this.ctx.containerId(boxId);
     await fs.promises.mkdir(this.ctx.execDir, { recursive: true, mode: 0o700 });
     const tag = crypto.randomBytes(8).toString('hex');
     const pidFile = path.join(this.ctx.execDir, `${tag}.pid`);
@@ -185,10 +250,6 @@ export class RuncExec {
     const args = [BOX_BUSYBOX, 'sh', '-c', execWrapper(mode, env), 'boxhost-exec', cwd, ...opts.command];
     const processEnvironment = mode === 'tty' ? { ...env, TERM: env.TERM ?? 'xterm' } : env;
     const withStdin = opts.stdin === true;
-    const idMap = await this.ctx.idMap(boxId);
-    if (idMap && [user.uid, user.gid, ...user.groups].some((id) => id >= idMap.size)) {
-      throw new ExecInputError(`user ${opts.user} is not an id of the box (0…${idMap.size - 1})`, 'user');
-    }
     const [fifos] = await Promise.all([
       mode === 'pipes' || mode === 'pipes+stdin' ? this.takeFifos(withStdin ? 3 : 2) : Promise.resolve([]),
       fs.promises.writeFile(processFile, JSON.stringify(processSpec(args, processEnvironment, user, mode === 'tty')), { mode: 0o600 }),

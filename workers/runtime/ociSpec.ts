@@ -3,7 +3,9 @@ import type { IdMap } from '../../core/box';
 import { applyResourceParts, resourceParts } from './limits';
 import { defaultSeccompProfile, SeccompProfile } from './seccomp';
 
-/** Where the host's tini and busybox appear inside every box (read-only bind mounts). */
+/** Where the host's boxd and busybox appear inside every box (read-only bind mounts). */
+export const BOX_BOXD = '/.boxhost/boxd';
+/** Where tini appeared in boxes started before boxd (`init: 'tini'`). */
 export const BOX_TINI = '/.boxhost/tini';
 export const BOX_BUSYBOX = '/.boxhost/busybox';
 
@@ -62,8 +64,9 @@ export interface OciSpecInput {
   ramMb: number;
   environment: Record<string, string>;
   mounts: { source: string; destination: string; readOnly: boolean }[];
-  /** Host paths of the binaries bind-mounted at /.boxhost/. */
-  tiniPath: string;
+  /** The box's PID 1 and its host binary, bind-mounted at /.boxhost/: boxd; tini only for
+   *  what boxes started before boxd had (their runtime still execs into them with runc). */
+  init: { kind: 'boxd' | 'tini'; path: string };
   busyboxPath: string;
   /** The host's own hard RLIMIT_NOFILE; the box gets this much (asking more fails). */
   nofileHard?: number;
@@ -152,7 +155,7 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-    { destination: BOX_TINI, type: 'bind', source: input.tiniPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+    { destination: input.init.kind === 'boxd' ? BOX_BOXD : BOX_TINI, type: 'bind', source: input.init.path, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     { destination: BOX_BUSYBOX, type: 'bind', source: input.busyboxPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
   ];
   for (const m of input.mounts) {
@@ -179,8 +182,10 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      // tini reaps zombies and forwards SIGTERM to the sleep, which dies of it: the box stops.
-      args: [BOX_TINI, '-g', '--', BOX_BUSYBOX, 'sleep', '2147483647'],
+      // boxd (docs/boxd.md): reaps zombies, keeps the box up, serves its node on fd 3 (the
+      // listening socket the node made on the host side; runc passes it with --preserve-fds).
+      // (tini: reaps zombies and forwards SIGTERM to the sleep, which dies of it.)
+      args: input.init.kind === 'boxd' ? [BOX_BOXD] : [BOX_TINI, '-g', '--', BOX_BUSYBOX, 'sleep', '2147483647'],
       env: processEnv(input.environment),
       cwd: '/',
       capabilities: {

@@ -3,19 +3,25 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep } from '../../core/command';
 import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver } from '../drivers';
+import { BoxdClient, BoxdUnreachableError } from './boxd/client';
 import { RuncExec } from './exec';
 import { applyResourceParts, BoxLimits, hostAccountsSwap, resourceParts, runcUpdateArgs } from './limits';
-import { buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
+import { BOX_BOXD, buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
 import { HostPaths } from './reach';
 import { runcLogTail, runDetached } from './runcRun';
 import { BoxNamespaces } from './userns';
 
-export { BoxNotRunningError, ExecInputError } from '../errors';
+import { BoxNotRunningError } from '../errors';
+export { BoxAgentUnavailableError, BoxNotRunningError, ExecInputError } from '../errors';
 export { EXEC_OUTPUT_CAP_BYTES } from './exec';
 
 export const RUNC_BIN = '/usr/sbin/runc';
 export const TINI_BIN = '/usr/bin/tini-static';
 export const BUSYBOX_BIN = '/usr/bin/busybox';
+/** boxd as `npm run build` makes it (scripts/build-boxd.sh): dist/boxd/boxd. */
+export const BOXD_BIN = path.resolve(__dirname, '..', '..', 'boxd', 'boxd');
+/** Where the boxes' boxd sockets are (root only); short, for a unix socket's 108 bytes. */
+export const BOXD_SOCKET_DIR = '/run/boxhost/boxd';
 
 export interface RuncRuntimeOptions {
   dataDir: string;
@@ -24,6 +30,12 @@ export interface RuncRuntimeOptions {
   runc?: string;
   tini?: string;
   busybox?: string;
+  boxd?: string;
+  boxdSocketDir?: string;
+  /** PID 1 of the boxes this runtime starts: boxd (default), or tini as boxes had before boxd
+   *  (exec then goes through `runc exec`; kept so that those boxes keep working until they
+   *  restart, and tested that way). */
+  init?: 'boxd' | 'tini';
   /** Where the boxes' user namespaces are kept (default USERNS_DIR). */
   usernsDir?: string;
 }
@@ -48,6 +60,11 @@ export class RuncRuntime implements RuntimeDriver {
   private readonly runcBin: string;
   private readonly tini: string;
   private readonly busybox: string;
+  private readonly boxd: string;
+  private readonly boxdSocketDir: string;
+  private readonly init: 'boxd' | 'tini';
+  /** Whether each box runs boxd (read from its bundle after a restart of this process). */
+  private readonly agents = new Map<string, BoxdClient | null>();
   private readonly logger?: DriverLogger;
   private readonly execs: RuncExec;
   private readonly namespaces: BoxNamespaces;
@@ -65,6 +82,9 @@ export class RuncRuntime implements RuntimeDriver {
     this.runcBin = opts.runc ?? RUNC_BIN;
     this.tini = opts.tini ?? TINI_BIN;
     this.busybox = opts.busybox ?? BUSYBOX_BIN;
+    this.boxd = opts.boxd ?? BOXD_BIN;
+    this.boxdSocketDir = opts.boxdSocketDir ?? BOXD_SOCKET_DIR;
+    this.init = opts.init ?? 'boxd';
     this.logger = opts.logger;
     this.namespaces = new BoxNamespaces(this.busybox, opts.usernsDir);
     this.execs = new RuncExec({
@@ -75,7 +95,38 @@ export class RuncRuntime implements RuntimeDriver {
       bundlePath: (boxId) => this.bundlePath(boxId),
       cgroupsPath: (boxId) => this.cgroupsPath(boxId),
       idMap: (boxId) => this.idMapOf(boxId),
+      agent: (boxId) => this.agent(boxId),
+      explain: (boxId, e) => this.explainAgentError(boxId, e),
     });
+  }
+
+  /** The host-side socket of a box's boxd. */
+  boxdSocketPath(boxId: string): string {
+    return path.join(this.boxdSocketDir, `${this.containerId(boxId)}.sock`);
+  }
+
+  /** The box's boxd, or null when its PID 1 is not boxd (a box started before boxd). */
+  async agent(boxId: string): Promise<BoxdClient | null> {
+    const known = this.agents.get(boxId);
+    if (known !== undefined) return known;
+    let found: BoxdClient | null = null;
+    try {
+      const config = JSON.parse(await fs.promises.readFile(path.join(this.bundlePath(boxId), 'config.json'), 'utf8'));
+      if (config.process?.args?.[0] === BOX_BOXD) found = new BoxdClient(this.boxdSocketPath(boxId));
+    } catch {
+      /* no bundle: no container either */
+    }
+    if (found || fs.existsSync(path.join(this.bundlePath(boxId), 'config.json'))) this.agents.set(boxId, found);
+    return found;
+  }
+
+  /** A box whose boxd cannot be reached because the box is not running says so (409), not
+   *  that its agent is down (503). */
+  private async explainAgentError(boxId: string, e: unknown): Promise<unknown> {
+    if (e instanceof BoxdUnreachableError && (await this.status(boxId).catch(() => null)) !== 'running') {
+      return new BoxNotRunningError('box is not running');
+    }
+    return e;
   }
 
   /** The runc container id of a box: unique per host tag, deterministic. */
@@ -127,7 +178,11 @@ export class RuncRuntime implements RuntimeDriver {
     const idMap = spec.idMap;
     const bundle = this.bundlePath(spec.boxId);
     const rootfs = path.resolve(spec.rootfs);
-    await Promise.all([fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }), fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 })]);
+    await Promise.all([
+      fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }),
+      fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 }),
+      this.init === 'boxd' ? fs.promises.mkdir(this.boxdSocketDir, { recursive: true, mode: 0o700 }) : null,
+    ]);
     // The netns the box joins must be its own user namespace's (BoxSteps makes it beside the
     // root; a caller that did not gets it here).
     if (idMap && !(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
@@ -147,7 +202,7 @@ export class RuncRuntime implements RuntimeDriver {
         { source: path.join(bundle, 'hostname'), destination: '/etc/hostname', readOnly: true },
         { source: path.join(bundle, 'boxes-env'), destination: '/etc/boxes-env', readOnly: true },
       ],
-      tiniPath: this.tini,
+      init: this.init === 'boxd' ? { kind: 'boxd', path: this.boxd } : { kind: 'tini', path: this.tini },
       busyboxPath: this.busybox,
       nofileHard: hostNofileHard(),
       memorySwap: hostAccountsSwap(),
@@ -168,12 +223,14 @@ export class RuncRuntime implements RuntimeDriver {
       // bundle is its own, and nobody else's; the paths down to it and to the root are opened
       // for traversal only.
       idMap ? fs.promises.chown(bundle, idMap.hostId, idMap.hostId) : null,
-      idMap ? this.hostPaths.makeReachable([rootfs, bundle]) : null,
+      idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle]) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
+    this.agents.set(spec.boxId, this.init === 'boxd' ? new BoxdClient(this.boxdSocketPath(spec.boxId)) : null);
 
     const t0 = Date.now();
-    const code = await runDetached(this.runcBin, this.root, bundle, cid);
+    const listen = this.init === 'boxd' ? { boxd: this.boxd, socket: this.boxdSocketPath(spec.boxId) } : undefined;
+    const code = await runDetached(this.runcBin, this.root, bundle, cid, listen);
     if (code !== 0) {
       const again = await this.status(spec.boxId);
       if (again === 'running') return; // a concurrent start won
@@ -230,8 +287,15 @@ export class RuncRuntime implements RuntimeDriver {
       st = await this.status(boxId);
     }
     if (st === 'running') {
-      await this.runc(['kill', cid, 'TERM'], { allowFailure: true });
-      st = await this.waitStopped(boxId, Math.max(0, graceSeconds) * 1000);
+      // boxd ignores signals (a box process could send them too): it is asked over its socket
+      // to TERM everything in the box and exit. tini gets SIGTERM.
+      const agent = await this.agent(boxId);
+      if (agent) {
+        await agent.shutdown(Math.max(0, graceSeconds) * 1000).catch((e) => this.logger?.warn({ boxId, err: String(e) }, 'boxd did not take the shutdown: the box is killed after its grace'));
+      } else {
+        await this.runc(['kill', cid, 'TERM'], { allowFailure: true });
+      }
+      st = await this.waitStopped(boxId, Math.max(0, graceSeconds) * 1000 + (agent ? 500 : 0));
       if (st !== 'stopped' && st !== null) {
         // PID 1 killed takes the box's pid namespace with it, stopped processes too; every
         // process of its cgroup is killed as well, in case PID 1 itself cannot die at once.
@@ -250,6 +314,7 @@ export class RuncRuntime implements RuntimeDriver {
       }
     }
     await this.removeCgroups(boxId);
+    await fs.promises.rm(this.boxdSocketPath(boxId), { force: true });
   }
 
   private async waitStopped(boxId: string, ms: number): Promise<ContainerStatus | null> {
@@ -272,6 +337,8 @@ export class RuncRuntime implements RuntimeDriver {
     await this.removeCgroups(boxId);
     await this.namespaces.release(cid);
     this.idMaps.delete(boxId);
+    this.agents.delete(boxId);
+    await fs.promises.rm(this.boxdSocketPath(boxId), { force: true });
     await fs.promises.rm(this.bundlePath(boxId), { recursive: true, force: true });
   }
 

@@ -11,11 +11,15 @@ const RUNC_LOG_TAIL_BYTES = 4096;
  * them). runc's own diagnostics go to `<bundle>/runc.log` (JSON), made anew for each start.
  * Answers runc's exit code.
  */
-export function runDetached(runcBin: string, root: string, bundle: string, id: string): Promise<number | null> {
+export function runDetached(runcBin: string, root: string, bundle: string, id: string, listen?: { boxd: string; socket: string }): Promise<number | null> {
   // The caller removed the last start's log (a start appends to it).
   const log = path.join(bundle, 'runc.log');
+  const runc = [runcBin, '--root', root, '--log', log, '--log-format', 'json', 'run', '--detach', ...(listen ? ['--preserve-fds', '1'] : []), '--bundle', bundle, id];
+  // With boxd, `boxd listen` makes the box's listening socket on the host side and execs runc
+  // with it as fd 3, which runc hands to the container's PID 1 (boxd) and nothing else.
+  const argv = listen ? [listen.boxd, 'listen', listen.socket, ...runc] : runc;
   return new Promise<number | null>((resolve, reject) => {
-    const child = spawn(runcBin, ['--root', root, '--log', log, '--log-format', 'json', 'run', '--detach', '--bundle', bundle, id], { cwd: bundle, stdio: 'ignore' });
+    const child = spawn(argv[0], argv.slice(1), { cwd: bundle, stdio: 'ignore' });
     child.on('error', reject);
     child.on('exit', (c) => resolve(c));
   });

@@ -1,0 +1,3 @@
+module boxhost/boxd
+
+go 1.19

@@ -1,0 +1,110 @@
+// boxd is the PID 1 of every box: it reaps zombies, keeps the box alive, and serves its node
+// (exec, with or without a terminal) over a listening socket the node made on the host side and
+// handed in as fd 3. It never listens on the box's network. See docs/boxd.md.
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Version is boxd's own version, told in the hello.
+var Version = "1.0.0"
+
+const listenFD = 3
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "listen" {
+		// Host side, before runc: make the socket, then become runc with it as fd 3.
+		os.Exit(hostListen(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		fmt.Println(Version)
+		return
+	}
+	serve()
+}
+
+func serve() {
+	// Nothing in the box may ptrace PID 1, read its memory or take its descriptors through
+	// /proc/1/fd (those checks want CAP_SYS_PTRACE for a non-dumpable process).
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	// Signals from inside the box do nothing to PID 1 (the kernel drops SIGKILL and SIGSTOP
+	// from inside; every other one is caught here and dropped). The node stops a box over the
+	// socket. Caught, not ignored: an ignored signal would stay ignored in every process boxd
+	// starts, while a caught one is back to its default after exec.
+	reaper := NewReaper()
+	go reaper.Run()
+	dropped := make(chan os.Signal, 64)
+	signal.Notify(dropped)
+	go func() {
+		for range dropped {
+		}
+	}()
+
+	f := os.NewFile(listenFD, "boxd-listener")
+	var ln net.Listener
+	if f != nil {
+		l, err := net.FileListener(f) // a duplicate, close-on-exec
+		_ = f.Close()
+		if err == nil {
+			ln = l
+		} else {
+			fmt.Fprintf(os.Stderr, "boxd: no listening socket on fd %d: %v\n", listenFD, err)
+		}
+	}
+	if ln == nil {
+		// No node can reach this box; it stays up (reaping) until it is stopped.
+		select {}
+	}
+	s := &Server{reaper: reaper}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.handle(c)
+	}
+}
+
+// hostListen: `boxd listen SOCKET PROGRAM ARGS...` binds and listens on the unix socket SOCKET
+// (replacing what is there), puts it on fd 3 and execs PROGRAM.
+func hostListen(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: boxd listen SOCKET PROGRAM [ARGS...]")
+		return 2
+	}
+	sock, prog := args[0], args[1]
+	_ = os.Remove(sock)
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "boxd listen: socket: %v\n", err)
+		return 1
+	}
+	old := syscall.Umask(0o077)
+	err = syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock})
+	syscall.Umask(old)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "boxd listen: bind %s: %v\n", sock, err)
+		return 1
+	}
+	if err := syscall.Listen(fd, 128); err != nil {
+		fmt.Fprintf(os.Stderr, "boxd listen: listen: %v\n", err)
+		return 1
+	}
+	if fd != listenFD {
+		if err := syscall.Dup3(fd, listenFD, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "boxd listen: dup: %v\n", err)
+			return 1
+		}
+		_ = syscall.Close(fd)
+	}
+	err = syscall.Exec(prog, args[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "boxd listen: exec %s: %v\n", prog, err)
+	return 1
+}

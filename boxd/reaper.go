@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Reaper is PID 1's wait loop: every child that ends is reaped here, ours (whose status an
+// exec waits for) and orphans re-parented to PID 1 alike. A process is started under the
+// same lock the loop reaps under, so no status is reaped before its waiter is registered.
+type Reaper struct {
+	mu      sync.Mutex
+	waiters map[int]chan syscall.WaitStatus
+}
+
+func NewReaper() *Reaper {
+	return &Reaper{waiters: map[int]chan syscall.WaitStatus{}}
+}
+
+// Start runs start (which forks) and registers the child's pid; the channel gets its status.
+func (r *Reaper) Start(start func() (int, error)) (int, <-chan syscall.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := start()
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan syscall.WaitStatus, 1)
+	r.waiters[pid] = ch
+	return pid, ch, nil
+}
+
+// Run reaps on every SIGCHLD, and every second in case a signal was coalesced away.
+func (r *Reaper) Run() {
+	sigs := make(chan os.Signal, 128)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	tick := time.NewTicker(time.Second)
+	for {
+		select {
+		case <-sigs:
+		case <-tick.C:
+		}
+		r.reapAll()
+	}
+}
+
+func (r *Reaper) reapAll() {
+	for {
+		r.mu.Lock()
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			r.mu.Unlock()
+			continue
+		}
+		if pid <= 0 || err != nil {
+			r.mu.Unlock()
+			return
+		}
+		if ch, ok := r.waiters[pid]; ok {
+			delete(r.waiters, pid)
+			ch <- ws
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Children is how many processes other than PID 1 the box still has.
+func Children() int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return 0
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	n := 0
+	self := os.Getpid()
+	for _, name := range names {
+		pid := 0
+		for _, c := range name {
+			if c < '0' || c > '9' {
+				pid = -1
+				break
+			}
+			pid = pid*10 + int(c-'0')
+		}
+		if pid > 0 && pid != self {
+			n++
+		}
+	}
+	return n
+}

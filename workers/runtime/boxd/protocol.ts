@@ -1,0 +1,124 @@
+/**
+ * The boxd wire protocol, node side (docs/boxd.md; boxd/proto.go is the other side). Frames:
+ * a one-byte type, a four-byte big-endian payload length, the payload. One exchange per
+ * connection: the first frame names the request. Everything boxd sends is untrusted input:
+ * lengths are bounded before anything is buffered, types and JSON shapes are checked.
+ */
+
+export const BOXD_PROTOCOL = 1;
+/** The largest payload either side sends or accepts. */
+export const MAX_FRAME = 1 << 20;
+const HEADER = 5;
+
+export const Frame = {
+  // requests (the first frame)
+  exec: 'X',
+  hello: 'V',
+  shutdown: 'Q',
+  // node → boxd during an exec
+  stdin: 'i',
+  stdinEof: 'c',
+  resize: 'r',
+  signal: 'k',
+  // boxd → node
+  helloReply: 'v',
+  started: 's',
+  stdout: 'o',
+  stderr: 'e',
+  exit: 'x',
+  error: 'f',
+  ok: 'y',
+} as const;
+
+/** Frames boxd may send. */
+const FROM_BOXD = new Set<string>([Frame.helloReply, Frame.started, Frame.stdout, Frame.stderr, Frame.exit, Frame.error, Frame.ok]);
+
+export interface DecodedFrame {
+  type: string;
+  payload: Buffer;
+}
+
+/** boxd said something that is not the protocol. */
+export class BoxdProtocolError extends Error {
+  override name = 'BoxdProtocolError';
+}
+
+export function encodeFrame(type: string, payload: Buffer | string | object = Buffer.alloc(0)): Buffer {
+  const body = Buffer.isBuffer(payload) ? payload : Buffer.from(typeof payload === 'string' ? payload : JSON.stringify(payload));
+  if (body.length > MAX_FRAME) throw new RangeError(`frame of ${body.length} bytes passes ${MAX_FRAME}`);
+  if (type.length !== 1) throw new RangeError(`bad frame type ${JSON.stringify(type)}`);
+  const head = Buffer.alloc(HEADER);
+  head.write(type, 0, 'latin1');
+  head.writeUInt32BE(body.length, 1);
+  return Buffer.concat([head, body]);
+}
+
+/** Splits what boxd sends into frames; throws BoxdProtocolError on a frame it may not send or
+ *  a length past MAX_FRAME (before buffering it). */
+export class FrameDecoder {
+  private buf: Buffer = Buffer.alloc(0);
+
+  push(chunk: Buffer): DecodedFrame[] {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    const out: DecodedFrame[] = [];
+    while (this.buf.length >= HEADER) {
+      const type = String.fromCharCode(this.buf[0]);
+      if (!FROM_BOXD.has(type)) throw new BoxdProtocolError(`boxd sent an unknown frame type 0x${this.buf[0].toString(16)}`);
+      const len = this.buf.readUInt32BE(1);
+      if (len > MAX_FRAME) throw new BoxdProtocolError(`boxd sent a frame of ${len} bytes (at most ${MAX_FRAME})`);
+      if (this.buf.length < HEADER + len) break;
+      out.push({ type, payload: this.buf.subarray(HEADER, HEADER + len) });
+      this.buf = this.buf.subarray(HEADER + len);
+    }
+    return out;
+  }
+
+  /** Bytes of a frame begun but not complete. */
+  get pending(): number {
+    return this.buf.length;
+  }
+}
+
+/** The JSON of a frame, checked to be an object. */
+export function frameJson(f: DecodedFrame): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(f.payload.toString('utf8'));
+  } catch {
+    throw new BoxdProtocolError(`boxd sent a '${f.type}' frame that is not JSON`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new BoxdProtocolError(`boxd sent a '${f.type}' frame that is not an object`);
+  return v as Record<string, unknown>;
+}
+
+/** An integer field within [min, max], else BoxdProtocolError. */
+export function intField(o: Record<string, unknown>, key: string, min: number, max: number, fallback?: number): number {
+  const v = o[key] ?? fallback;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw new BoxdProtocolError(`boxd sent ${key}=${JSON.stringify(o[key])}`);
+  return v;
+}
+
+/** A short string field (boxd's messages are shown to users: bounded, no control bytes). */
+export function textField(o: Record<string, unknown>, key: string, max = 500): string {
+  const v = o[key];
+  if (typeof v !== 'string') return '';
+  return v.replace(/[\x00-\x08\x0b-\x1f\x7f]/g, '').slice(0, max);
+}
+
+/** What an exec asks boxd for (ids are the box's own; env complete, `KEY=value`). */
+export interface BoxdExecRequest {
+  v: number;
+  argv: string[];
+  env: string[];
+  cwd: string;
+  uid: number;
+  gid: number;
+  groups: number[];
+  tty: boolean;
+  echo: boolean;
+  cols: number;
+  rows: number;
+  stdin: boolean;
+  detach: boolean;
+  timeoutMs: number;
+}
