@@ -4,7 +4,7 @@
  *
  *   1. create→running through the API (POST …/boxes?wait=60 until 200 + running)
  *      vs `zfs clone` + `runc run -d` of the same base snapshot
- *   2. exec `true` through the API vs `runc exec <the same box's container> true`; the same exec
+ *   2. exec `true` through the API (boxd forks it in the box) vs `runc exec <the same box's container> true`; the same exec
  *      through a second api process, which reaches the node through its agent (HTTP), as an api
  *      on another machine would
  *   3. fork of a box holding 1 GiB vs fork of an empty box
@@ -67,7 +67,8 @@ const SCALE_BOXES = (() => {
 /** Only the scale figures. */
 const SCALE_ONLY = process.env.BENCH_SCALE_ONLY === '1';
 
-const TARGETS = { create: 1.5, exec: 1.5, fork: 1.2 };
+/** exec: issue 8 (boxd) asks ≤ 0.3× raw `runc exec` (≈10 ms here); moonshot ≤ 5 ms. */
+const TARGETS = { create: 1.5, exec: 0.3, fork: 1.2 };
 
 const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 

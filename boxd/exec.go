@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -171,6 +172,7 @@ type execState struct {
 	lastOut time.Time
 	outMu   sync.Mutex
 	outs    []*os.File // what the pumps read
+	writing int32      // pumps waiting for the node to take a frame
 }
 
 func (st *execState) closeOutputs() {
@@ -203,6 +205,10 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 	if path == "" {
 		if !canEnter(cwd, req.UID, gids) {
 			_ = w.JSON(FrameError, failf("cwd", "cwd", "working directory %s does not exist in the box or cannot be entered", req.Cwd))
+			return
+		}
+		if req.Detach {
+			_ = w.JSON(FrameError, failf("input", "command", "could not start the detached process: %s: command not found", req.Argv[0]))
 			return
 		}
 		_ = w.JSON(FrameStarted, Started{Pid: 0})
@@ -268,7 +274,11 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		}
 		// The process may reopen its stdio (`> /dev/stderr` is /proc/self/fd/2): a pipe only
 		// lets its owner, so the pipes are the user's.
-		for _, f := range []*os.File{outW, errW, in} {
+		owned := []*os.File{outW, errW}
+		if req.Stdin {
+			owned = append(owned, in)
+		}
+		for _, f := range owned {
 			_ = f.Chown(int(req.UID), int(req.GID))
 		}
 		files = []*os.File{in, outW, errW}
@@ -301,6 +311,10 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		if errors.As(err, &errno) && errno == syscall.ENOENT {
 			code = 127
 		}
+		if req.Detach {
+			_ = w.JSON(FrameError, failf("input", "command", "could not start the detached process: %s: %v", req.Argv[0], errnoOf(err)))
+			return
+		}
 		_ = w.JSON(FrameStarted, Started{Pid: 0})
 		_ = w.Write(FrameStderr, []byte(fmt.Sprintf("boxd: %s: %v\n", req.Argv[0], errnoOf(err))))
 		_ = w.JSON(FrameExit, Exit{Code: code})
@@ -331,8 +345,22 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 	}
 	select {
 	case <-gone:
-	case <-time.After(2 * time.Second):
+	case <-time.After(lingerMax):
 	}
+}
+
+// lingerMax bounds how long boxd waits, its answer sent, for the node to close.
+const lingerMax = 2 * time.Second
+
+// linger ends boxd's side of a connection whose answer is sent and reads what the node still
+// sends until it closes (or lingerMax): closing with unread bytes would reset the connection,
+// and the node could lose the answer to its own failed write.
+func linger(c net.Conn) {
+	if uc, ok := c.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerMax))
+	_, _ = io.Copy(io.Discard, c)
 }
 
 func errnoOf(err error) error {
@@ -367,10 +395,15 @@ func (st *execState) pump(r *os.File, t byte) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
+			// Time spent waiting for the node to take the output is not quiet: the drain
+			// after exit counts only time the pumps wait for the process's pipes.
+			atomic.AddInt32(&st.writing, 1)
+			werr := st.w.Write(t, buf[:n])
+			atomic.AddInt32(&st.writing, -1)
 			st.outMu.Lock()
 			st.lastOut = time.Now()
 			st.outMu.Unlock()
-			if st.w.Write(t, buf[:n]) != nil {
+			if werr != nil {
 				return
 			}
 		}
@@ -393,12 +426,17 @@ func (st *execState) run(status <-chan syscall.WaitStatus) <-chan struct{} {
 	}
 	gone := make(chan struct{}) // the node went away
 	nodeGone := gone
-	stdinQ := make(chan []byte, 64)
+	// stdin is written by a goroutine of its own, each write acknowledged: the node keeps at most
+	// StdinWindow bytes unacknowledged, so this reader never waits for the process to read.
+	q := &stdinQueue{}
+	q.cond = sync.NewCond(&q.mu)
 	go func() {
-		// stdin is written by a goroutine of its own: a process that does not read its input
-		// must not keep signals and resizes from being read.
-		for b := range stdinQ {
-			if b == nil {
+		for {
+			b, eof, ok := q.pop()
+			if !ok {
+				return
+			}
+			if eof {
 				if !req.TTY && st.stdin != nil {
 					_ = st.stdin.Close()
 				}
@@ -407,12 +445,13 @@ func (st *execState) run(status <-chan syscall.WaitStatus) <-chan struct{} {
 			if st.stdin != nil {
 				_, _ = st.stdin.Write(b)
 			}
+			_ = st.w.JSON(FrameStdinAck, map[string]int{"n": len(b)})
 		}
 	}()
 	exited := make(chan struct{})
 	go func() {
 		defer close(gone)
-		defer close(stdinQ)
+		defer q.close()
 		for {
 			f, err := ReadFrame(st.c)
 			if err != nil {
@@ -420,15 +459,12 @@ func (st *execState) run(status <-chan syscall.WaitStatus) <-chan struct{} {
 			}
 			switch f.Type {
 			case FrameStdin:
-				select {
-				case stdinQ <- f.Payload:
-				case <-exited:
+				if !q.push(f.Payload, false) {
+					killGroup(st.pid, syscall.SIGKILL)
+					return // past the window: the node broke the protocol
 				}
 			case FrameStdinEOF:
-				select {
-				case stdinQ <- nil:
-				case <-exited:
-				}
+				q.push(nil, true)
 			case FrameResize:
 				var r Resize
 				if json.Unmarshal(f.Payload, &r) == nil && st.ptm != nil && r.Cols > 0 && r.Rows > 0 {
@@ -502,6 +538,11 @@ func (st *execState) drain() {
 			return
 		case now := <-tick.C:
 			st.outMu.Lock()
+			if atomic.LoadInt32(&st.writing) > 0 {
+				// The node is slow, not the process: neither bound runs meanwhile.
+				st.lastOut = now
+				start = start.Add(25 * time.Millisecond)
+			}
 			quiet := now.Sub(st.lastOut)
 			st.outMu.Unlock()
 			if quiet > drainQuiet || now.Sub(start) > drainMax {
@@ -515,3 +556,50 @@ func (st *execState) drain() {
 }
 
 var _ io.Reader = (*os.File)(nil)
+
+// stdinQueue holds what the node sent for stdin until the writer has written it; bounded by the
+// window the node must respect.
+type stdinQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  [][]byte
+	eofs   []bool
+	bytes  int
+	closed bool
+}
+
+func (q *stdinQueue) push(b []byte, eof bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.bytes+len(b) > StdinWindow+MaxFrame {
+		return false
+	}
+	q.items = append(q.items, b)
+	q.eofs = append(q.eofs, eof)
+	q.bytes += len(b)
+	q.cond.Signal()
+	return true
+}
+
+func (q *stdinQueue) pop() ([]byte, bool, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return nil, false, false
+	}
+	b, eof := q.items[0], q.eofs[0]
+	q.items, q.eofs = q.items[1:], q.eofs[1:]
+	q.bytes -= len(b)
+	return b, eof, true
+}
+
+func (q *stdinQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.items, q.eofs = nil, nil
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}

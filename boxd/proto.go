@@ -36,14 +36,20 @@ const (
 
 // Frames boxd sends.
 const (
-	FrameHello   = 'v' // JSON Hello
-	FrameStarted = 's' // JSON {pid}: the process runs (pid inside the box)
-	FrameStdout  = 'o'
-	FrameStderr  = 'e'
-	FrameExit    = 'x' // JSON Exit: the last frame of an exec
-	FrameError   = 'f' // JSON Failure: the request could not be served; the last frame
-	FrameOK      = 'y' // empty
+	FrameHello    = 'v' // JSON Hello
+	FrameStarted  = 's' // JSON {pid}: the process runs (pid inside the box)
+	FrameStdout   = 'o'
+	FrameStderr   = 'e'
+	FrameExit     = 'x' // JSON Exit: the last frame of an exec
+	FrameError    = 'f' // JSON Failure: the request could not be served; the last frame
+	FrameOK       = 'y' // empty
+	FrameStdinAck = 'w' // JSON {n}: n more bytes of stdin were written to the process
 )
+
+// StdinWindow is how many stdin bytes the node may have sent and not yet seen acknowledged:
+// boxd never has to stop reading the connection (signals and resizes keep flowing while a
+// process does not read its input), and a node that sends more breaks the protocol.
+const StdinWindow = 1 << 20
 
 // ErrFrameTooLarge is a frame whose length passes MaxFrame: the connection is dropped.
 var ErrFrameTooLarge = errors.New("frame too large")

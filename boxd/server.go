@@ -18,6 +18,7 @@ const firstFrameTimeout = 10 * time.Second
 
 func (s *Server) handle(c net.Conn) {
 	defer c.Close()
+	defer linger(c)
 	w := &Writer{w: c}
 	_ = c.SetReadDeadline(time.Now().Add(firstFrameTimeout))
 	f, err := ReadFrame(c)
@@ -42,6 +43,8 @@ func (s *Server) handle(c net.Conn) {
 			return
 		}
 		s.exec(c, w, &req)
+	case ReqStat, ReqList, ReqRead, ReqWrite, ReqDelete, ReqMkdir, ReqChmod:
+		s.files(c, w, f.Type, f.Payload)
 	case ReqShutdown:
 		var req ShutdownRequest
 		if err := json.Unmarshal(f.Payload, &req); err != nil || req.V != ProtocolVersion {

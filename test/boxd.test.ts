@@ -8,7 +8,8 @@ import { run, sleep } from '../core/command';
 import { fillBusyboxRootfs } from '../workers/bases/busyboxRootfs';
 import { shiftTree } from '../workers/bases/idShift';
 import type { ContainerSpec } from '../workers/drivers';
-import { BoxAgentUnavailableError, BoxNotRunningError } from '../workers/errors';
+import { Readable } from 'node:stream';
+import { BoxAgentUnavailableError, BoxFileError, BoxNotRunningError, ExecInputError } from '../workers/errors';
 import { encodeFrame, Frame } from '../workers/runtime/boxd/protocol';
 import { DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { RuncRuntime } from '../workers/runtime/runc';
@@ -102,6 +103,36 @@ t.test('a box with boxd', async (t) => {
     t.notMatch((await ex(['ps', '-o', 'stat'])).stdout, /^\s*Z/m, 'and no zombie');
   });
 
+  t.test('stdin, early failures and a slow reader', async (t) => {
+    // A process that never reads its stdin: 3 MiB queued for it (past the 1 MiB window) do not
+    // keep the abort from reaching boxd.
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    const t0 = Date.now();
+    const stuck = await ex(['sleep', '1000'], { stdin: Buffer.alloc(3 << 20, 0x61), signal: ac.signal });
+    t.equal(stuck.exitCode, 137, 'aborted');
+    t.ok(Date.now() - t0 < 5000, `at once (${Date.now() - t0} ms)`);
+    t.notMatch((await ex(['ps', '-o', 'args'])).stdout, /sleep 1000/, 'and gone');
+    const cat = await ex(['sh', '-c', 'sleep 0.3; wc -c'], { stdin: Buffer.alloc(5 << 20, 0x62) });
+    t.equal(cat.stdout.trim(), String(5 << 20), '5 MiB of stdin through the window, every byte');
+    // Failures before the process runs, with stdin sent: the answer, not a broken connection.
+    t.equal((await ex(['no-such-command'], { stdin: Buffer.from('hello\n') })).exitCode, 127);
+    await t.rejects(ex(['pwd'], { cwd: '/no/such', stdin: Buffer.from('hello\n') }), ExecInputError);
+    await t.rejects(ex(['no-such-command'], { detach: true }), ExecInputError, 'a detached process that cannot start is an error, not pid 0');
+    // A reader slower than the process loses nothing after the process has exited.
+    const p = await runtime.execStream('one', { command: ['sh', '-c', 'head -c 1000000 /dev/zero; echo tail'] });
+    p.stderr.resume();
+    const got: Buffer[] = [];
+    for await (const c of p.stdout) {
+      got.push(c as Buffer);
+      await sleep(20);
+    }
+    const all = Buffer.concat(got);
+    t.equal(all.length, 1000005, 'every byte');
+    t.equal(all.subarray(-5).toString(), 'tail\n');
+    t.same(await p.exited, { exitCode: 0, timedOut: false });
+  });
+
   t.test('the protocol under garbage: boxd survives, the node refuses', async (t) => {
     const sock = runtime.boxdSocketPath('one');
     const send = (bytes: Buffer) =>
@@ -170,6 +201,52 @@ t.test('a box with boxd', async (t) => {
     await t.rejects(client.hello(), BoxAgentUnavailableError);
     await t.rejects(client.exec({ v: 1, argv: ['true'], env: [], cwd: '/', uid: 0, gid: 0, groups: [], tty: false, echo: false, cols: 80, rows: 24, stdin: false, detach: false, timeoutMs: 0 }).exited, /did not start the process within 300 ms/);
     server.close();
+  });
+
+  t.test('files: every path resolves inside the box', async (t) => {
+    const files = (await runtime.agent('one'))!;
+    const kindOf = (p: Promise<unknown>) => p.then(() => 'succeeded', (e) => (e instanceof BoxFileError ? e.kind : String(e)));
+    const hostSecret = path.join(dataDir, 'host-secret');
+    fs.writeFileSync(hostSecret, 'host only');
+    // Written, read back, listed, stat'ed, all as the box sees it.
+    const info = await files.write('/srv/app/conf.txt', Buffer.from('hello\n'), { mode: 0o640, parents: true });
+    t.same([info.type, info.size, info.mode, info.uid], ['file', 6, 0o640, 0]);
+    t.equal((await ex(['cat', '/srv/app/conf.txt'])).stdout, 'hello\n', 'the box sees what was written');
+    t.equal(fs.statSync(path.join(spec.rootfs, 'srv/app/conf.txt')).uid, idMap.hostId, "owned by the box's root on the host");
+    const read = await files.read('/srv/app/conf.txt');
+    const chunks: Buffer[] = [];
+    for await (const c of read.data) chunks.push(c as Buffer);
+    t.equal(Buffer.concat(chunks).toString(), 'hello\n');
+    const big = crypto.randomBytes(5 * 1024 * 1024 + 17);
+    await files.write('/tmp/big.bin', Readable.from([big.subarray(0, 1000), big.subarray(1000)]));
+    const back: Buffer[] = [];
+    for await (const c of (await files.read('/tmp/big.bin')).data) back.push(c as Buffer);
+    t.ok(Buffer.concat(back).equals(big), '5 MB streamed both ways, unchanged');
+    t.same((await files.mkdir('/srv/a/b/c', { parents: true })).type, 'dir');
+    await files.write('/srv/a/b/c/f', Buffer.from('x'));
+    const ls = await files.list('/srv/a/b/c');
+    t.same(ls.entries.map((e) => [e.name, e.type]), [['f', 'file']]);
+    t.equal((await files.chmod('/srv/a/b/c/f', 0o4755)).mode, 0o4755);
+    await files.remove('/srv/a', { recursive: true });
+    await t.rejects(files.stat('/srv/a'), BoxFileError);
+    t.equal(await kindOf(files.stat('/nope')), 'not_found');
+    t.equal(await kindOf(files.remove('/srv')), 'invalid', 'a non-empty directory without recursive');
+    t.equal(await kindOf(files.read('/srv')), 'invalid', 'a directory is not read as a file');
+    t.equal(await kindOf(files.stat('relative')), 'input');
+    t.equal(await kindOf(files.remove('/', { recursive: true })), 'input');
+    // Links and dot-dots never leave the box.
+    await ex(['ln', '-s', hostSecret, '/tmp/esc']);
+    await ex(['ln', '-s', dataDir, '/tmp/escdir']);
+    t.equal(await kindOf(files.read('/tmp/esc')), 'not_found', 'a link to a host path reads the box path, which is not there');
+    t.equal(await kindOf(files.write('/tmp/escdir/planted', Buffer.from('x'))), 'not_found', 'a write through a link to a host dir');
+    t.notOk(fs.existsSync(path.join(dataDir, 'planted')), 'nothing planted on the host');
+    t.equal((await files.stat('/../../../etc/hostname')).name, 'hostname', '/.. is the box root');
+    await files.write('/tmp/esc', Buffer.from('replaced'));
+    t.equal(fs.readFileSync(hostSecret, 'utf8'), 'host only', 'writing over a link replaces the link in the box, never the host file');
+    t.equal((await ex(['cat', '/tmp/esc'])).stdout, 'replaced');
+    const proc = await files.stat('/proc/1/root').catch((e) => e);
+    t.ok(proc instanceof BoxFileError || proc.type === 'symlink', "/proc is the box's");
+    t.same(fs.readdirSync(path.join(spec.rootfs, 'tmp')).filter((n) => n.includes('.boxd-')), [], 'no temporary file is left');
   });
 
   t.test('stop goes through boxd; a stopped box says it is not running', async (t) => {

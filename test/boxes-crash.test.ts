@@ -213,8 +213,10 @@ t.test('a worker killed at each step of create, fork and delete converges after 
       t.match(await gone, how === 'SIGKILL' ? { signal: 'SIGKILL' } : { code: 0 }, `the worker ended (${how})`);
       worker = await startWorkerProcess(host);
       t.equal(await pid1(), before.pid1, `${how}: the container's PID 1 is the same process`);
-      t.ok(fs.existsSync(`/proc/${before.bg}`), `${how}: the exec'd process lives on`);
-      t.equal(fs.readFileSync(`/proc/${before.bg}/cmdline`, 'utf8'), 'sleep\x00100000\x00', `${how}: and is the same one`);
+      // `process` is the pid inside the box: looked at from there.
+      const cmdline = await call('POST', `${P}/crash/boxes/c0/exec`, { command: ['cat', `/proc/${before.bg}/cmdline`] });
+      t.equal(cmdline.body.exit_code, 0, `${how}: the exec'd process lives on`);
+      t.equal(cmdline.body.stdout, 'sleep\x00100000\x00', `${how}: and is the same one`);
       t.equal((await call('GET', `${P}/crash/boxes/c0`)).body.status, 'running');
     }
     process.kill(before.bg, 'SIGKILL');

@@ -170,7 +170,7 @@ export interface ExecProcess {
   stdout: Readable;
   /** Empty for a tty process: all its output comes on stdout. */
   stderr: Readable;
-  /** Host pid of the process once known (0 if it never started). */
+  /** The process's pid inside the box once known (0 if it never started). */
   pid(): Promise<number>;
   /** Sets the terminal size of a tty process (a no-op without tty). */
   resize(cols: number, rows: number): Promise<void>;

@@ -21,3 +21,16 @@ export class BoxNotRunningError extends Error {
 export class BoxAgentUnavailableError extends Error {
   override name = 'BoxAgentUnavailableError';
 }
+
+/** A file operation in a box failed: `not_found` (404), `exists` (409), `permission` (403),
+ *  `invalid` / `input` (400: a directory where a file was wanted, a path that is not absolute),
+ *  `no_space` (507). */
+export class BoxFileError extends Error {
+  override name = 'BoxFileError';
+  constructor(
+    readonly kind: 'not_found' | 'exists' | 'permission' | 'invalid' | 'input' | 'no_space',
+    message: string,
+  ) {
+    super(message);
+  }
+}

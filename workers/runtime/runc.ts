@@ -291,7 +291,8 @@ export class RuncRuntime implements RuntimeDriver {
       // to TERM everything in the box and exit. tini gets SIGTERM.
       const agent = await this.agent(boxId);
       if (agent) {
-        await agent.shutdown(Math.max(0, graceSeconds) * 1000).catch((e) => this.logger?.warn({ boxId, err: String(e) }, 'boxd did not take the shutdown: the box is killed after its grace'));
+        // Not awaited: a boxd that does not answer must not add its answer timeout to the grace.
+        void agent.shutdown(Math.max(0, graceSeconds) * 1000).catch((e) => this.logger?.warn({ boxId, err: String(e) }, 'boxd did not take the shutdown: the box is killed after its grace'));
       } else {
         await this.runc(['kill', cid, 'TERM'], { allowFailure: true });
       }

@@ -59,13 +59,13 @@ lremovexattr lseek lsetxattr lstat lstat64 madvise membarrier memfd_create memfd
 mkdir mkdirat mknod mknodat mlock mlock2 mlockall mmap mmap2 mprotect mq_getsetattr mq_notify
 mq_open mq_timedreceive mq_timedreceive_time64 mq_timedsend mq_timedsend_time64 mq_unlink mremap
 msgctl msgget msgrcv msgsnd msync munlock munlockall munmap name_to_handle_at nanosleep
-newfstatat _newselect open openat openat2 pause pidfd_open pidfd_send_signal pipe pipe2
+newfstatat _newselect open openat openat2 pause pidfd_open pipe pipe2
 pkey_alloc pkey_free pkey_mprotect poll ppoll ppoll_time64 prctl pread64 preadv preadv2
 prlimit64 process_mrelease pselect6 pselect6_time64 pwrite64 pwritev pwritev2 read readahead
 readlink readlinkat readv recv recvfrom recvmmsg recvmmsg_time64 recvmsg remap_file_pages
 removexattr rename renameat renameat2 restart_syscall rmdir rseq rt_sigaction rt_sigpending
-rt_sigprocmask rt_sigqueueinfo rt_sigreturn rt_sigsuspend rt_sigtimedwait rt_sigtimedwait_time64
-rt_tgsigqueueinfo sched_getaffinity sched_getattr sched_getparam sched_get_priority_max
+rt_sigprocmask rt_sigreturn rt_sigsuspend rt_sigtimedwait rt_sigtimedwait_time64
+sched_getaffinity sched_getattr sched_getparam sched_get_priority_max
 sched_get_priority_min sched_getscheduler sched_rr_get_interval sched_rr_get_interval_time64
 sched_setaffinity sched_setattr sched_setparam sched_setscheduler sched_yield seccomp select
 semctl semget semop semtimedop semtimedop_time64 send sendfile sendfile64 sendmmsg sendmsg sendto
@@ -74,9 +74,9 @@ setpriority setregid setregid32 setresgid setresgid32 setresuid setresuid32 setr
 setrlimit set_robust_list setsid setsockopt set_thread_area set_tid_address setuid setuid32
 setxattr shmat shmctl shmdt shmget shutdown sigaltstack signalfd signalfd4 sigprocmask sigreturn
 socketcall socketpair splice stat stat64 statfs statfs64 statx symlink symlinkat sync
-sync_file_range syncfs sysinfo tee tgkill time timer_create timer_delete timer_getoverrun
+sync_file_range syncfs sysinfo tee time timer_create timer_delete timer_getoverrun
 timer_gettime timer_gettime64 timer_settime timer_settime64 timerfd_create timerfd_gettime
-timerfd_gettime64 timerfd_settime timerfd_settime64 times tkill truncate truncate64 ugetrlimit
+timerfd_gettime64 timerfd_settime timerfd_settime64 times truncate truncate64 ugetrlimit
 umask uname unlink unlinkat utime utimensat utimensat_time64 utimes vfork vmsplice wait4 waitid
 waitpid write writev
 ptrace process_vm_readv process_vm_writev
@@ -134,6 +134,12 @@ export function defaultSeccompProfile(arch: string = process.arch, opts: { compa
       // clone3 passes its flags in memory, where seccomp cannot look: make it "not implemented"
       // so that glibc and musl fall back to clone(2).
       { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
+      // Signals that carry a sender-made siginfo (or name a thread) would reach boxd, the box's
+      // PID 1, as something other than kill(2)'s SI_USER, which Go's runtime takes for a real
+      // fault and dies of (a SIGSEGV queued at pid 1 stopped the box). So: none aimed at pid 1;
+      // tkill (obsolete: libcs use tgkill) not at all; pidfd_send_signal only without a siginfo.
+      { names: ['tgkill', 'rt_sigqueueinfo', 'rt_tgsigqueueinfo'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: 1, op: 'SCMP_CMP_NE' }] },
+      { names: ['pidfd_send_signal'], action: 'SCMP_ACT_ALLOW', args: [{ index: 2, value: 0, op: 'SCMP_CMP_EQ' }] },
     ],
   };
 }

@@ -2,13 +2,15 @@ import net from 'node:net';
 import os from 'node:os';
 import { Readable, Writable } from 'node:stream';
 import type { ExecProcess } from '../../drivers';
-import { BoxAgentUnavailableError, ExecInputError } from '../../errors';
-import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, DecodedFrame, encodeFrame, Frame, FrameDecoder, frameJson, intField, MAX_FRAME, textField } from './protocol';
+import { BoxAgentUnavailableError, BoxFileError, ExecInputError } from '../../errors';
+import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField } from './protocol';
 
 /** How long boxd has to answer a request (a started, hello or ok frame). */
 export const BOXD_ANSWER_TIMEOUT_MS = 10_000;
 /** Past an exec's own timeout, how long boxd has to report the kill before it counts as wedged. */
 const TIMEOUT_GRACE_MS = 10_000;
+/** After an abort, how long boxd has to report the kill before the exec is given up on. */
+const ABORT_GRACE_MS = 5_000;
 /** The largest pid a Linux pid namespace hands out. */
 const MAX_PID = 4_194_304;
 
@@ -35,13 +37,13 @@ export class BoxdClient {
     private readonly answerTimeoutMs = BOXD_ANSWER_TIMEOUT_MS,
   ) {}
 
-  /** One request whose answer is a single frame. */
-  private request(first: Buffer, want: string): Promise<DecodedFrame> {
+  /** One request whose answer is a single frame (`body`: frames sent after the request). */
+  private request(first: Buffer, want: string, body?: Readable): Promise<DecodedFrame> {
     return new Promise((resolve, reject) => {
       const sock = net.createConnection(this.socketPath);
       const decoder = new FrameDecoder();
       let connected = false;
-      const timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
+      let timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
       const done = (err: Error | null, f?: DecodedFrame) => {
         clearTimeout(timer);
         sock.destroy();
@@ -50,6 +52,23 @@ export class BoxdClient {
       };
       sock.write(first); // queued until connected
       sock.on('connect', () => (connected = true));
+      if (body) {
+        // Streamed as frames; the answer timer runs from the end of the body.
+        clearTimeout(timer);
+        body.on('error', (e) => done(e));
+        void (async () => {
+          for await (const chunk of body) {
+            const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
+            for (let i = 0; i < b.length; i += MAX_FRAME) {
+              if (sock.destroyed) return;
+              if (!sock.write(encodeFrame(Frame.stdin, b.subarray(i, i + MAX_FRAME)))) await new Promise((r) => sock.once('drain', r).once('close', r));
+            }
+          }
+          if (sock.destroyed) return;
+          sock.write(encodeFrame(Frame.stdinEof));
+          timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
+        })().catch((e) => done(e));
+      }
       sock.on('error', (e: NodeJS.ErrnoException) => done(connected ? new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`) : unreachable(e)));
       sock.on('close', () => done(new BoxAgentUnavailableError('boxd closed the connection without an answer')));
       sock.on('data', (chunk: Buffer) => {
@@ -77,6 +96,89 @@ export class BoxdClient {
     await this.request(encodeFrame(Frame.shutdown, { v: BOXD_PROTOCOL, graceMs: Math.max(0, Math.round(graceMs)) }), Frame.ok);
   }
 
+  // ------------------------------------------------------------ files (paths are the box's)
+
+  async stat(path: string): Promise<BoxFileInfo> {
+    return fileInfo(frameJson(await this.request(encodeFrame(Frame.stat, { v: BOXD_PROTOCOL, path }), Frame.answer)));
+  }
+
+  async list(path: string): Promise<{ entries: BoxFileInfo[]; truncated: boolean }> {
+    const o = frameJson(await this.request(encodeFrame(Frame.list, { v: BOXD_PROTOCOL, path }), Frame.answer));
+    if (!Array.isArray(o.entries)) throw new BoxAgentUnavailableError('boxd broke the protocol: a listing without entries');
+    try {
+      return { entries: o.entries.map((e) => fileInfo(e as Record<string, unknown>)), truncated: o.truncated === true };
+    } catch (e) {
+      throw asAgentError(e);
+    }
+  }
+
+  /** Writes a whole file from `data` (streamed): a new file renamed over the old at the end,
+   *  so a write that fails leaves the old file as it was. */
+  async write(path: string, data: Readable | Buffer, opts: { mode?: number; parents?: boolean } = {}): Promise<BoxFileInfo> {
+    const body = Buffer.isBuffer(data) ? Readable.from([data]) : data;
+    return fileInfo(frameJson(await this.request(encodeFrame(Frame.write, { v: BOXD_PROTOCOL, path, mode: opts.mode, parents: opts.parents === true }), Frame.answer, body)));
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.request(encodeFrame(Frame.remove, { v: BOXD_PROTOCOL, path, recursive: opts.recursive === true }), Frame.ok);
+  }
+
+  async mkdir(path: string, opts: { mode?: number; parents?: boolean } = {}): Promise<BoxFileInfo> {
+    return fileInfo(frameJson(await this.request(encodeFrame(Frame.mkdir, { v: BOXD_PROTOCOL, path, mode: opts.mode, parents: opts.parents === true }), Frame.answer)));
+  }
+
+  async chmod(path: string, mode: number): Promise<BoxFileInfo> {
+    return fileInfo(frameJson(await this.request(encodeFrame(Frame.chmod, { v: BOXD_PROTOCOL, path, mode }), Frame.answer)));
+  }
+
+  /** Reads a file: its info once boxd has opened it, then its bytes streamed (back-pressure:
+   *  boxd reads on only as fast as `data` is consumed). */
+  read(path: string): Promise<{ info: BoxFileInfo; data: Readable }> {
+    return new Promise((resolve, reject) => {
+      const sock = net.createConnection(this.socketPath);
+      const decoder = new FrameDecoder();
+      let connected = false;
+      let info: BoxFileInfo | null = null;
+      let ended = false;
+      const data = new Readable({ read: () => sock.resume() });
+      const timer = setTimeout(() => fail(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
+      const fail = (e: Error) => {
+        clearTimeout(timer);
+        if (ended) return;
+        ended = true;
+        sock.destroy();
+        if (info) data.destroy(e);
+        else reject(e);
+      };
+      sock.write(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }));
+      sock.on('connect', () => (connected = true));
+      sock.on('error', (e: NodeJS.ErrnoException) => fail(connected ? new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`) : unreachable(e)));
+      sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of the file')));
+      sock.on('data', (chunk: Buffer) => {
+        try {
+          for (const f of decoder.push(chunk)) {
+            if (ended) return;
+            if (f.type === Frame.error) return fail(failure(frameJson(f)));
+            if (!info) {
+              if (f.type !== Frame.answer) throw new BoxdProtocolError(`boxd answered '${f.type}' to a read`);
+              clearTimeout(timer);
+              info = fileInfo(frameJson(f));
+              resolve({ info, data });
+            } else if (f.type === Frame.data) {
+              if (!data.push(Buffer.from(f.payload))) sock.pause();
+            } else if (f.type === Frame.end) {
+              ended = true;
+              data.push(null);
+              sock.destroy();
+            } else throw new BoxdProtocolError(`boxd sent '${f.type}' during a read`);
+          }
+        } catch (e) {
+          fail(asAgentError(e));
+        }
+      });
+    });
+  }
+
   /** Starts a detached process; its pid in the box. */
   async execDetached(req: BoxdExecRequest): Promise<number> {
     const o = frameJson(await this.request(encodeFrame(Frame.exec, { ...req, detach: true }), Frame.started));
@@ -89,7 +191,14 @@ export class BoxdClient {
    * process and its group: exit code 137.
    */
   exec(req: BoxdExecRequest, signal?: AbortSignal): ExecProcess {
+    let first: Buffer;
+    try {
+      first = encodeFrame(Frame.exec, req);
+    } catch {
+      throw new ExecInputError(`the command, its environment and arguments pass ${MAX_FRAME} bytes`, 'command');
+    }
     const sock = net.createConnection(this.socketPath);
+    sock.on('error', () => undefined); // replaced below; never an unhandled 'error'
     const decoder = new FrameDecoder();
     let connected = false;
     let finished = false;
@@ -103,16 +212,34 @@ export class BoxdClient {
       if (sock.destroyed || finished) return cb?.();
       sock.write(f, () => cb?.());
     };
+    // stdin: at most STDIN_WINDOW bytes sent and not acknowledged (boxd acks what it has
+    // written to the process), so a process that does not read holds the writer here.
+    let unacked = 0;
+    let windowOpen: (() => void) | null = null;
+    const roomFor = async (n: number) => {
+      while (unacked + n > STDIN_WINDOW && !finished && !sock.destroyed) await new Promise<void>((r) => (windowOpen = r));
+    };
+    const acked = (n: number) => {
+      unacked = Math.max(0, unacked - n);
+      const w = windowOpen;
+      windowOpen = null;
+      w?.();
+    };
     const stdin = !req.stdin
       ? null
       : new Writable({
           write(chunk: Buffer, _enc, cb) {
             if (chunk.length) lastTyped = chunk[chunk.length - 1];
-            for (let i = 0; i < chunk.length; i += MAX_FRAME) {
-              const part = chunk.subarray(i, i + MAX_FRAME);
-              send(encodeFrame(Frame.stdin, part), i + MAX_FRAME >= chunk.length ? () => cb() : undefined);
-            }
-            if (chunk.length === 0) cb();
+            void (async () => {
+              for (let i = 0; i < chunk.length; i += STDIN_FRAME) {
+                const part = chunk.subarray(i, i + STDIN_FRAME);
+                await roomFor(part.length);
+                if (finished || sock.destroyed) break;
+                unacked += part.length;
+                send(encodeFrame(Frame.stdin, part));
+              }
+              cb();
+            })();
           },
           final(cb) {
             // A terminal's end is typed: ^D (twice after a partial line: the first ends it).
@@ -125,10 +252,10 @@ export class BoxdClient {
     const exited = new Promise<{ exitCode: number; timedOut: boolean }>((resolve, reject) => (settle = { resolve, reject }));
     exited.catch(() => undefined); // the caller may look later: not an unhandled rejection
 
-    let aborted = false;
+    let abortTimer: NodeJS.Timeout | undefined;
     const onAbort = () => {
-      aborted = true;
       send(encodeFrame(Frame.signal, { signal: 9, group: true }));
+      abortTimer ??= setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end an aborted process')), ABORT_GRACE_MS);
     };
     const answerTimer = setTimeout(() => fail(new BoxAgentUnavailableError(`boxd did not start the process within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
     const wedgedTimer = req.timeoutMs > 0 ? setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end a process past its timeout')), req.timeoutMs + TIMEOUT_GRACE_MS) : undefined;
@@ -136,7 +263,9 @@ export class BoxdClient {
       finished = true;
       clearTimeout(answerTimer);
       clearTimeout(wedgedTimer);
+      clearTimeout(abortTimer);
       signal?.removeEventListener('abort', onAbort);
+      acked(Infinity);
       resolvePid(pid);
       stdout.push(null);
       stderr.push(null);
@@ -163,9 +292,12 @@ export class BoxdClient {
           const code = intField(o, 'code', 0, 255 + 128);
           const timedOut = o.timedOut === true;
           end();
-          settle.resolve({ exitCode: aborted && !timedOut ? 137 : code, timedOut });
+          settle.resolve({ exitCode: code, timedOut });
           return;
         }
+        case Frame.stdinAck:
+          acked(intField(frameJson(f), 'n', 0, MAX_FRAME));
+          return;
         case Frame.error:
           fail(failure(frameJson(f)));
           return;
@@ -174,7 +306,7 @@ export class BoxdClient {
       }
     };
     // The request goes first: stdin written before the connection is made queues behind it.
-    sock.write(encodeFrame(Frame.exec, req));
+    sock.write(first);
     sock.on('connect', () => (connected = true));
     sock.on('data', (chunk: Buffer) => {
       try {
@@ -226,7 +358,14 @@ function failure(o: Record<string, unknown>): Error {
   switch (o.kind) {
     case 'cwd':
       return new ExecInputError(message || 'the working directory cannot be entered', 'cwd');
+    case 'not_found':
+    case 'exists':
+    case 'permission':
+    case 'invalid':
+    case 'no_space':
+      return new BoxFileError(o.kind, message || String(o.kind));
     case 'input': {
+      if (o.field === 'path' || o.field === 'mode') return new BoxFileError('input', message || 'invalid file request');
       const field = ['command', 'cwd', 'env', 'user', 'timeout'].includes(String(o.field)) ? (o.field as 'command') : 'command';
       return new ExecInputError(message || 'invalid exec request', field);
     }

@@ -8,6 +8,10 @@
 export const BOXD_PROTOCOL = 1;
 /** The largest payload either side sends or accepts. */
 export const MAX_FRAME = 1 << 20;
+/** How many stdin bytes may be sent and not yet acknowledged by boxd (boxd/proto.go). */
+export const STDIN_WINDOW = 1 << 20;
+/** stdin travels in frames of at most this much, so that acknowledgements come often. */
+export const STDIN_FRAME = 64 << 10;
 const HEADER = 5;
 
 export const Frame = {
@@ -15,6 +19,13 @@ export const Frame = {
   exec: 'X',
   hello: 'V',
   shutdown: 'Q',
+  stat: 'S',
+  list: 'L',
+  read: 'R',
+  write: 'W',
+  remove: 'D',
+  mkdir: 'M',
+  chmod: 'C',
   // node → boxd during an exec
   stdin: 'i',
   stdinEof: 'c',
@@ -28,10 +39,14 @@ export const Frame = {
   exit: 'x',
   error: 'f',
   ok: 'y',
+  stdinAck: 'w',
+  answer: 'a',
+  data: 'd',
+  end: 'z',
 } as const;
 
 /** Frames boxd may send. */
-const FROM_BOXD = new Set<string>([Frame.helloReply, Frame.started, Frame.stdout, Frame.stderr, Frame.exit, Frame.error, Frame.ok]);
+const FROM_BOXD = new Set<string>([Frame.helloReply, Frame.started, Frame.stdout, Frame.stderr, Frame.exit, Frame.error, Frame.ok, Frame.stdinAck, Frame.answer, Frame.data, Frame.end]);
 
 export interface DecodedFrame {
   type: string;
@@ -121,4 +136,33 @@ export interface BoxdExecRequest {
   stdin: boolean;
   detach: boolean;
   timeoutMs: number;
+}
+
+/** What boxd tells of a file (paths and ids are the box's own). */
+export interface BoxFileInfo {
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtime: string;
+  uid: number;
+  gid: number;
+  target?: string;
+}
+
+/** A file answer, checked field by field. */
+export function fileInfo(o: Record<string, unknown>): BoxFileInfo {
+  const type = o.type;
+  if (type !== 'file' && type !== 'dir' && type !== 'symlink' && type !== 'other') throw new BoxdProtocolError(`boxd sent file type ${JSON.stringify(type)}`);
+  const info: BoxFileInfo = {
+    name: textField(o, 'name', 4096),
+    type,
+    size: intField(o, 'size', 0, Number.MAX_SAFE_INTEGER),
+    mode: intField(o, 'mode', 0, 0o7777),
+    mtime: textField(o, 'mtime', 64),
+    uid: intField(o, 'uid', 0, 2 ** 32 - 1),
+    gid: intField(o, 'gid', 0, 2 ** 32 - 1),
+  };
+  if (type === 'symlink') info.target = textField(o, 'target', 4096);
+  return info;
 }

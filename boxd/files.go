@@ -1,0 +1,341 @@
+package main
+
+// File operations, run by boxd inside the box's root and mount namespace, as root of the box:
+// every path resolves in the box by construction (its symlinks, its /proc), never on the host.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Requests.
+const (
+	ReqStat   = 'S' // FileRequest → FrameAnswer FileInfo
+	ReqList   = 'L' // FileRequest → FrameAnswer {entries, truncated}
+	ReqRead   = 'R' // FileRequest → FrameAnswer FileInfo, FrameData…, FrameEnd
+	ReqWrite  = 'W' // FileRequest, then FrameStdin… FrameStdinEOF → FrameAnswer FileInfo
+	ReqDelete = 'D' // FileRequest → FrameOK
+	ReqMkdir  = 'M' // FileRequest → FrameAnswer FileInfo
+	ReqChmod  = 'C' // FileRequest → FrameAnswer FileInfo
+)
+
+const (
+	FrameAnswer = 'a'
+	FrameData   = 'd'
+	FrameEnd    = 'z'
+)
+
+// maxListEntries bounds a listing's answer (one frame).
+const maxListEntries = 5000
+
+type FileRequest struct {
+	V         int     `json:"v"`
+	Path      string  `json:"path"`
+	Mode      *uint32 `json:"mode,omitempty"`
+	Recursive bool    `json:"recursive,omitempty"`
+	Parents   bool    `json:"parents,omitempty"`
+}
+
+type FileInfo struct {
+	Name   string `json:"name"`
+	Path   string `json:"path,omitempty"`
+	Type   string `json:"type"` // file, dir, symlink, other
+	Size   int64  `json:"size"`
+	Mode   uint32 `json:"mode"`
+	Mtime  string `json:"mtime"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	Target string `json:"target,omitempty"`
+}
+
+func infoOf(p string, st os.FileInfo) FileInfo {
+	fi := FileInfo{Name: st.Name(), Path: p, Size: st.Size(), Mode: unixMode(st.Mode()), Mtime: st.ModTime().UTC().Format(time.RFC3339Nano)}
+	switch {
+	case st.Mode().IsRegular():
+		fi.Type = "file"
+	case st.IsDir():
+		fi.Type = "dir"
+	case st.Mode()&fs.ModeSymlink != 0:
+		fi.Type = "symlink"
+		if t, err := os.Readlink(p); err == nil {
+			fi.Target = t
+		}
+	default:
+		fi.Type = "other"
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		fi.UID, fi.GID = s.Uid, s.Gid
+	}
+	return fi
+}
+
+func unixMode(m fs.FileMode) uint32 {
+	out := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		out |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		out |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		out |= 0o1000
+	}
+	return out
+}
+
+// fileFailure maps an OS error to a failure the node can turn into a status.
+func fileFailure(err error) *Failure {
+	var kind string
+	switch {
+	// First: Go counts ENOTEMPTY as fs.ErrExist.
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EINVAL):
+		kind = "invalid"
+	case errors.Is(err, fs.ErrNotExist):
+		kind = "not_found"
+	case errors.Is(err, fs.ErrExist):
+		kind = "exists"
+	case errors.Is(err, fs.ErrPermission):
+		kind = "permission"
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		kind = "no_space"
+	default:
+		kind = "internal"
+	}
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = pe.Op + " " + pe.Path + ": " + pe.Err.Error()
+	}
+	return &Failure{Kind: kind, Field: "path", Message: msg}
+}
+
+func cleanPath(p string) (string, *Failure) {
+	if !strings.HasPrefix(p, "/") || strings.IndexByte(p, 0) >= 0 || len(p) > 4096 {
+		return "", failf("input", "path", "path must be an absolute path without NUL")
+	}
+	return filepath.Clean(p), nil
+}
+
+func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
+	var req FileRequest
+	if err := json.Unmarshal(payload, &req); err != nil || req.V != ProtocolVersion {
+		_ = w.JSON(FrameError, failf("protocol", "", "bad file request"))
+		return
+	}
+	p, f := cleanPath(req.Path)
+	if f != nil {
+		_ = w.JSON(FrameError, f)
+		return
+	}
+	if req.Mode != nil && *req.Mode > 0o7777 {
+		_ = w.JSON(FrameError, failf("input", "mode", "mode must be at most 07777"))
+		return
+	}
+	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
+	switch t {
+	case ReqStat:
+		st, err := os.Lstat(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		_ = w.JSON(FrameAnswer, infoOf(p, st))
+	case ReqList:
+		d, err := os.Open(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer d.Close()
+		names, err := d.Readdirnames(maxListEntries + 1)
+		if err != nil && err != io.EOF {
+			fail(err)
+			return
+		}
+		truncated := len(names) > maxListEntries
+		if truncated {
+			names = names[:maxListEntries]
+		}
+		sort.Strings(names)
+		entries := make([]FileInfo, 0, len(names))
+		for _, n := range names {
+			if st, err := os.Lstat(filepath.Join(p, n)); err == nil {
+				fi := infoOf(filepath.Join(p, n), st)
+				fi.Path = ""
+				entries = append(entries, fi)
+			}
+		}
+		_ = w.JSON(FrameAnswer, map[string]interface{}{"entries": entries, "truncated": truncated})
+	case ReqRead:
+		fh, err := os.Open(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer fh.Close()
+		st, err := fh.Stat()
+		if err != nil {
+			fail(err)
+			return
+		}
+		if st.IsDir() {
+			fail(&fs.PathError{Op: "read", Path: p, Err: syscall.EISDIR})
+			return
+		}
+		if w.JSON(FrameAnswer, infoOf(p, st)) != nil {
+			return
+		}
+		buf := make([]byte, outputBuf)
+		for {
+			n, err := fh.Read(buf)
+			if n > 0 && w.Write(FrameData, buf[:n]) != nil {
+				return
+			}
+			if err == io.EOF {
+				_ = w.Write(FrameEnd, nil)
+				return
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+		}
+	case ReqWrite:
+		mode := os.FileMode(0o644)
+		if req.Mode != nil {
+			mode = os.FileMode(*req.Mode & 0o777)
+		}
+		if req.Parents {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				fail(err)
+				return
+			}
+		}
+		// A new file beside the target, renamed over it at the end: a write that fails half-way
+		// leaves the old file as it was. O_NOFOLLOW|O_EXCL: the temporary name is ours.
+		tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
+		fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+		if err != nil {
+			fail(err)
+			return
+		}
+		ok := false
+		defer func() {
+			if !ok {
+				_ = fh.Close()
+				_ = os.Remove(tmp)
+			}
+		}()
+		for {
+			fr, err := ReadFrame(c)
+			if err != nil {
+				return // the node went away: nothing is written
+			}
+			if fr.Type == FrameStdinEOF {
+				break
+			}
+			if fr.Type != FrameStdin {
+				_ = w.JSON(FrameError, failf("protocol", "", "unexpected frame %q in a write", fr.Type))
+				return
+			}
+			if _, err := fh.Write(fr.Payload); err != nil {
+				fail(err)
+				return
+			}
+		}
+		want := uint32(0o644)
+		if req.Mode != nil {
+			want = *req.Mode
+		}
+		if err := syscall.Fchmod(int(fh.Fd()), want); err != nil { // exact, whatever the umask
+			fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
+			return
+		}
+		if err := fh.Close(); err != nil {
+			fail(err)
+			return
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			fail(err)
+			return
+		}
+		ok = true
+		st, err := os.Lstat(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		_ = w.JSON(FrameAnswer, infoOf(p, st))
+	case ReqDelete:
+		if p == "/" {
+			_ = w.JSON(FrameError, failf("input", "path", "the root cannot be deleted"))
+			return
+		}
+		var err error
+		if req.Recursive {
+			if _, err = os.Lstat(p); err == nil {
+				err = os.RemoveAll(p)
+			}
+		} else {
+			err = os.Remove(p)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		_ = w.Write(FrameOK, nil)
+	case ReqMkdir:
+		mode := os.FileMode(0o755)
+		if req.Mode != nil {
+			mode = os.FileMode(*req.Mode & 0o777)
+		}
+		var err error
+		if req.Parents {
+			err = os.MkdirAll(p, mode)
+		} else {
+			err = os.Mkdir(p, mode)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		_ = w.JSON(FrameAnswer, infoOf(p, st))
+	case ReqChmod:
+		if req.Mode == nil {
+			_ = w.JSON(FrameError, failf("input", "mode", "mode is required"))
+			return
+		}
+		if err := syscall.Chmod(p, *req.Mode); err != nil {
+			fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
+			return
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		_ = w.JSON(FrameAnswer, infoOf(p, st))
+	}
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,112 @@
+import t from 'tap';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { BoxdClient } from '../workers/runtime/boxd/client';
+import { BoxdProtocolError, encodeFrame, Frame, FrameDecoder, MAX_FRAME } from '../workers/runtime/boxd/protocol';
+import { BoxAgentUnavailableError, ExecInputError } from '../workers/errors';
+
+/** The node's side of the boxd protocol against what a hostile or broken boxd could send. */
+
+t.test('frames: round trip, split anywhere', async (t) => {
+  const frames = [encodeFrame(Frame.started, { pid: 7 }), encodeFrame(Frame.stdout, Buffer.from('hello')), encodeFrame(Frame.exit, { code: 0 })];
+  const all = Buffer.concat(frames);
+  for (let cut = 0; cut <= all.length; cut++) {
+    const d = new FrameDecoder();
+    const got = [...d.push(all.subarray(0, cut)), ...d.push(all.subarray(cut))];
+    t.same(got.map((f) => f.type), ['s', 'o', 'x'], `cut at ${cut}`);
+    if (cut === 7) t.equal(got[1].payload.toString(), 'hello');
+  }
+  t.throws(() => encodeFrame(Frame.stdout, Buffer.alloc(MAX_FRAME + 1)), RangeError);
+});
+
+t.test('decoder fuzz: only frames or BoxdProtocolError, never more than a frame buffered', async (t) => {
+  let frames = 0;
+  let refused = 0;
+  for (let i = 0; i < 5000; i++) {
+    const d = new FrameDecoder();
+    const bytes = crypto.randomBytes(crypto.randomInt(1, 200));
+    if (i % 2 === 0) {
+      // A known type and a length that fits what follows, most of the time.
+      bytes[0] = 'soexfyv'.charCodeAt(crypto.randomInt(7));
+      if (bytes.length >= 5) bytes.writeUInt32BE(crypto.randomInt(0, bytes.length), 1);
+    }
+    try {
+      for (let at = 0; at < bytes.length; ) {
+        const n = crypto.randomInt(1, 20);
+        frames += d.push(bytes.subarray(at, at + n)).length;
+        at += n;
+      }
+      if (d.pending > 5 + MAX_FRAME) t.fail('buffered past a frame');
+    } catch (e) {
+      if (!(e instanceof BoxdProtocolError)) throw e;
+      refused++;
+    }
+  }
+  t.ok(refused > 0 && frames > 0, `${frames} frames decoded, ${refused} streams refused`);
+  const d = new FrameDecoder();
+  t.throws(() => d.push(Buffer.from([0x6f, 0x7f, 0xff, 0xff, 0xff])), BoxdProtocolError, 'a huge length is refused before it is buffered');
+});
+
+/** A fake boxd on a real unix socket that answers every connection with `reply`. */
+async function fakeBoxd(reply: (c: net.Socket) => void): Promise<{ sock: string; close: () => void }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bh-probe-boxd-'));
+  const sock = path.join(dir, 'boxd.sock');
+  const server = net.createServer((c) => {
+    c.on('error', () => undefined);
+    c.once('data', () => reply(c));
+  });
+  await new Promise<void>((r) => server.listen(sock, r));
+  return { sock, close: () => (server.close(), fs.rmSync(dir, { recursive: true, force: true })) };
+}
+
+const req = { v: 1, argv: ['true'], env: [], cwd: '/', uid: 0, gid: 0, groups: [], tty: false, echo: false, cols: 80, rows: 24, stdin: false, detach: false, timeoutMs: 0 };
+
+t.test('client: what boxd may answer, and what it may not', async (t) => {
+  const cases: { name: string; send: Buffer; want: RegExp | 'ok' | typeof ExecInputError }[] = [
+    { name: 'a normal exec', send: Buffer.concat([encodeFrame(Frame.started, { pid: 5 }), encodeFrame(Frame.stdout, 'hi'), encodeFrame(Frame.exit, { code: 3 })]), want: 'ok' },
+    { name: 'a cwd failure', send: encodeFrame(Frame.error, { kind: 'cwd', message: 'nope' }), want: ExecInputError },
+    { name: 'an unknown frame type', send: Buffer.from([0x21, 0, 0, 0, 0]), want: /broke the protocol/ },
+    { name: 'a request type from boxd', send: encodeFrame(Frame.stdin, 'x'), want: /broke the protocol/ },
+    { name: 'an exit code out of range', send: encodeFrame(Frame.exit, { code: 99999 }), want: /broke the protocol/ },
+    { name: 'a pid that is a string', send: encodeFrame(Frame.started, { pid: '1; rm -rf /' }), want: /broke the protocol/ },
+    { name: 'an exit that is not JSON', send: encodeFrame(Frame.exit, 'exit'), want: /broke the protocol/ },
+    { name: 'a huge frame', send: Buffer.from([0x6f, 0xff, 0xff, 0xff, 0xff]), want: /broke the protocol/ },
+    { name: 'a close mid-way', send: encodeFrame(Frame.started, { pid: 5 }).subarray(0, 7), want: /closed the connection/ },
+  ];
+  for (const c of cases) {
+    const fake = await fakeBoxd((s) => s.end(c.send));
+    const p = new BoxdClient(fake.sock, 2000).exec(req);
+    p.stdout.resume();
+    p.stderr.resume();
+    if (c.want === 'ok') t.same(await p.exited, { exitCode: 3, timedOut: false }, c.name);
+    else if (c.want === ExecInputError) await t.rejects(p.exited, ExecInputError, c.name);
+    else await t.rejects(p.exited, c.want as RegExp, c.name);
+    if (c.want !== 'ok' && c.want !== ExecInputError) await t.rejects(p.exited, BoxAgentUnavailableError, `${c.name}: 503, the agent`);
+    fake.close();
+  }
+  // Failure messages are shown to users: bounded, no control bytes.
+  const fake = await fakeBoxd((s) => s.end(encodeFrame(Frame.error, { kind: 'input', field: 'evil', message: `\u001b[31m${'x'.repeat(5000)}` })));
+  const err = await new BoxdClient(fake.sock, 2000).exec(req).exited.catch((e: ExecInputError) => e);
+  t.type(err, ExecInputError);
+  t.equal((err as ExecInputError).field, 'command', 'an unknown field is not believed');
+  t.ok((err as Error).message.length <= 500 && !(err as Error).message.includes('\u001b'), 'bounded and clean');
+  fake.close();
+  // Random garbage from boxd never throws out of the client, and always settles.
+  for (let i = 0; i < 200; i++) {
+    const junk = crypto.randomBytes(crypto.randomInt(1, 300));
+    if (i % 2) junk[0] = 'soexfyv'.charCodeAt(crypto.randomInt(7));
+    const f = await fakeBoxd((s) => s.end(junk));
+    const p = new BoxdClient(f.sock, 1000).exec(req);
+    p.stdout.resume();
+    p.stderr.resume();
+    await p.exited.then(
+      () => undefined,
+      (e) => (e instanceof BoxAgentUnavailableError || e instanceof ExecInputError ? undefined : t.fail(`unexpected ${e}`)),
+    );
+    f.close();
+  }
+  t.pass('200 garbage answers settled as results or agent errors');
+});
