@@ -197,14 +197,14 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		}
 	}
 	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
-		_ = w.JSON(FrameError, failf("cwd", "cwd", "working directory %s does not exist in the box or cannot be entered", req.Cwd))
+		_ = w.JSON(FrameError, cwdFailure(req))
 		return
 	}
 	gids := append([]uint32{req.GID}, req.Groups...)
 	path := lookPath(req.Argv[0], cwd, env)
 	if path == "" {
 		if !canEnter(cwd, req.UID, gids) {
-			_ = w.JSON(FrameError, failf("cwd", "cwd", "working directory %s does not exist in the box or cannot be entered", req.Cwd))
+			_ = w.JSON(FrameError, cwdFailure(req))
 			return
 		}
 		if req.Detach {
@@ -303,7 +303,7 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		closeAll(parentEnds)
 		st.outputs.Wait()
 		if !canEnter(cwd, req.UID, gids) {
-			_ = w.JSON(FrameError, failf("cwd", "cwd", "working directory %s does not exist in the box or cannot be entered", req.Cwd))
+			_ = w.JSON(FrameError, cwdFailure(req))
 			return
 		}
 		code := 126
@@ -361,6 +361,10 @@ func linger(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(lingerMax))
 	_, _ = io.Copy(io.Discard, c)
+}
+
+func cwdFailure(req *ExecRequest) *Failure {
+	return failf("cwd", "cwd", "working directory %s does not exist in the box or cannot be entered", req.Cwd)
 }
 
 func errnoOf(err error) error {
@@ -554,8 +558,6 @@ func (st *execState) drain() {
 		}
 	}
 }
-
-var _ io.Reader = (*os.File)(nil)
 
 // stdinQueue holds what the node sent for stdin until the writer has written it; bounded by the
 // window the node must respect.

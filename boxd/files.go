@@ -143,14 +143,18 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		return
 	}
 	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
-	switch t {
-	case ReqStat:
+	// What p is now, as the answer.
+	answerInfo := func() {
 		st, err := os.Lstat(p)
 		if err != nil {
 			fail(err)
 			return
 		}
 		_ = w.JSON(FrameAnswer, infoOf(p, st))
+	}
+	switch t {
+	case ReqStat:
+		answerInfo()
 	case ReqList:
 		d, err := os.Open(p)
 		if err != nil {
@@ -212,71 +216,9 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			}
 		}
 	case ReqWrite:
-		mode := os.FileMode(0o644)
-		if req.Mode != nil {
-			mode = os.FileMode(*req.Mode & 0o777)
+		if s.writeFile(c, w, p, &req) {
+			answerInfo()
 		}
-		if req.Parents {
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				fail(err)
-				return
-			}
-		}
-		// A new file beside the target, renamed over it at the end: a write that fails half-way
-		// leaves the old file as it was. O_NOFOLLOW|O_EXCL: the temporary name is ours.
-		tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
-		fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
-		if err != nil {
-			fail(err)
-			return
-		}
-		ok := false
-		defer func() {
-			if !ok {
-				_ = fh.Close()
-				_ = os.Remove(tmp)
-			}
-		}()
-		for {
-			fr, err := ReadFrame(c)
-			if err != nil {
-				return // the node went away: nothing is written
-			}
-			if fr.Type == FrameStdinEOF {
-				break
-			}
-			if fr.Type != FrameStdin {
-				_ = w.JSON(FrameError, failf("protocol", "", "unexpected frame %q in a write", fr.Type))
-				return
-			}
-			if _, err := fh.Write(fr.Payload); err != nil {
-				fail(err)
-				return
-			}
-		}
-		want := uint32(0o644)
-		if req.Mode != nil {
-			want = *req.Mode
-		}
-		if err := syscall.Fchmod(int(fh.Fd()), want); err != nil { // exact, whatever the umask
-			fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
-			return
-		}
-		if err := fh.Close(); err != nil {
-			fail(err)
-			return
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			fail(err)
-			return
-		}
-		ok = true
-		st, err := os.Lstat(p)
-		if err != nil {
-			fail(err)
-			return
-		}
-		_ = w.JSON(FrameAnswer, infoOf(p, st))
 	case ReqDelete:
 		if p == "/" {
 			_ = w.JSON(FrameError, failf("input", "path", "the root cannot be deleted"))
@@ -310,12 +252,7 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			fail(err)
 			return
 		}
-		st, err := os.Lstat(p)
-		if err != nil {
-			fail(err)
-			return
-		}
-		_ = w.JSON(FrameAnswer, infoOf(p, st))
+		answerInfo()
 	case ReqChmod:
 		if req.Mode == nil {
 			_ = w.JSON(FrameError, failf("input", "mode", "mode is required"))
@@ -325,12 +262,7 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
 			return
 		}
-		st, err := os.Lstat(p)
-		if err != nil {
-			fail(err)
-			return
-		}
-		_ = w.JSON(FrameAnswer, infoOf(p, st))
+		answerInfo()
 	}
 }
 
@@ -338,4 +270,66 @@ func randomSuffix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// writeFile writes the body frames that follow the request into a new file beside p, renamed
+// over p at the end: a write that fails half-way leaves the old file as it was. It answers
+// failures itself; true when p is written.
+func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bool {
+	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
+	mode := uint32(0o644)
+	if req.Mode != nil {
+		mode = *req.Mode
+	}
+	if req.Parents {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fail(err)
+			return false
+		}
+	}
+	// O_NOFOLLOW|O_EXCL: the temporary name is ours; private until its mode is set at the end.
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
+	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		fail(err)
+		return false
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = fh.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	for {
+		fr, err := ReadFrame(c)
+		if err != nil {
+			return false // the node went away: nothing is written
+		}
+		if fr.Type == FrameStdinEOF {
+			break
+		}
+		if fr.Type != FrameStdin {
+			_ = w.JSON(FrameError, failf("protocol", "", "unexpected frame %q in a write", fr.Type))
+			return false
+		}
+		if _, err := fh.Write(fr.Payload); err != nil {
+			fail(err)
+			return false
+		}
+	}
+	if err := syscall.Fchmod(int(fh.Fd()), mode); err != nil { // exact, whatever the umask
+		fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
+		return false
+	}
+	if err := fh.Close(); err != nil {
+		fail(err)
+		return false
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		fail(err)
+		return false
+	}
+	ok = true
+	return true
 }

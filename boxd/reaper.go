@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -79,15 +80,7 @@ func Children() int {
 	n := 0
 	self := os.Getpid()
 	for _, name := range names {
-		pid := 0
-		for _, c := range name {
-			if c < '0' || c > '9' {
-				pid = -1
-				break
-			}
-			pid = pid*10 + int(c-'0')
-		}
-		if pid > 0 && pid != self {
+		if pid, err := strconv.Atoi(name); err == nil && pid > 0 && pid != self {
 			n++
 		}
 	}

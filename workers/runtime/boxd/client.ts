@@ -69,7 +69,7 @@ export class BoxdClient {
           timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
         })().catch((e) => done(e));
       }
-      sock.on('error', (e: NodeJS.ErrnoException) => done(connected ? new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`) : unreachable(e)));
+      sock.on('error', (e: NodeJS.ErrnoException) => done(connectionError(connected, e)));
       sock.on('close', () => done(new BoxAgentUnavailableError('boxd closed the connection without an answer')));
       sock.on('data', (chunk: Buffer) => {
         try {
@@ -152,7 +152,7 @@ export class BoxdClient {
       };
       sock.write(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }));
       sock.on('connect', () => (connected = true));
-      sock.on('error', (e: NodeJS.ErrnoException) => fail(connected ? new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`) : unreachable(e)));
+      sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
       sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of the file')));
       sock.on('data', (chunk: Buffer) => {
         try {
@@ -318,7 +318,7 @@ export class BoxdClient {
         fail(asAgentError(e));
       }
     });
-    sock.on('error', (e: NodeJS.ErrnoException) => fail(connected ? new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`) : unreachable(e)));
+    sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
     sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the process ended')));
     if (signal?.aborted) onAbort();
     else signal?.addEventListener('abort', onAbort, { once: true });
@@ -343,7 +343,10 @@ export class BoxdClient {
   }
 }
 
-function unreachable(e: NodeJS.ErrnoException): BoxdUnreachableError {
+/** A socket error: before the connection was made boxd is unreachable (the box may not run);
+ *  after, the agent failed mid-way. */
+function connectionError(connected: boolean, e: NodeJS.ErrnoException): Error {
+  if (connected) return new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`);
   return new BoxdUnreachableError(`boxd cannot be reached (${e.code ?? e.message})`, e.code ?? 'EUNKNOWN');
 }
 
