@@ -1,6 +1,7 @@
 import type { Registry } from 'prom-client';
 import type { DomainContext } from '../domain/context';
 import type { ExecSlots } from '../domain/exec';
+import type { TicketStore } from '../domain/tickets';
 
 export type { Identity } from '../domain/context';
 
@@ -16,6 +17,8 @@ export interface ApiLimits {
   requests: RequestLimiter;
   /** Concurrent execs per box and per token: `config.execLimits`. */
   execSlots: ExecSlots;
+  /** Single-use WebSocket tickets (domain/tickets.ts), shared by every api process. */
+  tickets: TicketStore;
 }
 
 /** What route handlers get: the domain's context plus the api's own metrics and limits. */

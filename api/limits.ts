@@ -1,6 +1,8 @@
 import IORedis, { RedisOptions } from 'ioredis';
 import type { Config } from '../core/config';
 import { RedisExecSlots } from '../domain/exec';
+import { RedisTickets } from '../domain/tickets';
+import type { Db } from '../db/knex';
 import type { ApiLimits } from './context';
 import { createRequestLimiter } from './http/rateLimit';
 
@@ -10,7 +12,7 @@ import { createRequestLimiter } from './http/rateLimit';
  * their own that fails fast while Redis is down (the limiters then count in memory) instead of
  * queueing commands and holding requests.
  */
-export async function createApiLimits(config: Config, connection: RedisOptions, prefix: string, readyMs = 5000): Promise<ApiLimits & { close(): Promise<void> }> {
+export async function createApiLimits(config: Config, db: Db, connection: RedisOptions, prefix: string, readyMs = 5000): Promise<ApiLimits & { close(): Promise<void> }> {
   const redis = new IORedis({ ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   redis.on('error', () => undefined);
   // Commands fail fast rather than queue: wait for the connection once, so the first requests
@@ -27,6 +29,7 @@ export async function createApiLimits(config: Config, connection: RedisOptions, 
   return {
     requests: createRequestLimiter(redis, prefix, config.rateLimit),
     execSlots: new RedisExecSlots(redis, prefix, config.execLimits),
+    tickets: new RedisTickets(db, redis, prefix),
     close: async () => {
       redis.disconnect();
     },

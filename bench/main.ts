@@ -38,6 +38,8 @@ import { startHost, Host } from '../server/host';
 import { cleanupHost } from '../test/helpers/cleanup';
 import { busyboxVersion } from '../workers/bases/busyboxRootfs';
 import { ZfsStorage } from '../workers/storage/zfs';
+import { benchInteractive } from './interactive';
+import { benchProxy } from './proxy';
 import { RuncRuntime, RUNC_BIN } from '../workers/runtime/runc';
 import { operationsRepo } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
@@ -68,7 +70,16 @@ const SCALE_BOXES = (() => {
 const SCALE_ONLY = process.env.BENCH_SCALE_ONLY === '1';
 
 /** exec: issue 8 (boxd) asks ≤ 0.3× raw `runc exec` (≈10 ms here); moonshot ≤ 5 ms. */
-const TARGETS = { create: 1.5, exec: 0.3, fork: 1.2 };
+/** files: issue 9 asks the files API ≥ 0.5× raw cat's MB/s each way, i.e. ≤ 2× its time. */
+const TARGETS = { create: 1.5, exec: 0.3, fork: 1.2, files: 2 };
+/** WebSocket execs timed to their first byte, and the files' size and runs (issue 9). */
+const N_WS = intEnv('BENCH_WS_EXECS', 50);
+const FILE_MB = intEnv('BENCH_FILE_MB', 256);
+const FILE_RUNS = intEnv('BENCH_FILE_RUNS', 3);
+/** The publish proxy against the box's address (issue 10): seconds per run, runs, connections. */
+const PROXY_SECS = intEnv('BENCH_PROXY_SECS', 5);
+const PROXY_ROUNDS = intEnv('BENCH_PROXY_ROUNDS', 2);
+const PROXY_CONNS = intEnv('BENCH_PROXY_CONNECTIONS', 10);
 
 const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 
@@ -81,6 +92,7 @@ function benchConfig(extra: Record<string, string> = {}): Config {
     {
       BOXHOST_DATA_DIR: fs.mkdtempSync(path.join(base, 'bh-bench-')),
       BOXHOST_PORT: '0',
+      BOXHOST_PROXY_PORT: '0',
       LOG_LEVEL: 'warn',
       BOXHOST_BOX_SUBNET: `10.${100 + Math.floor(Math.random() * 100)}.0.0/16`,
       // Set, so that startHost does not print a generated one.
@@ -143,6 +155,7 @@ async function startRemoteApi(config: Config): Promise<{ child: ChildProcess; ur
     ...process.env,
     BOXHOST_DATA_DIR: config.dataDir,
     BOXHOST_PORT: '0',
+    BOXHOST_PROXY_PORT: '0',
     BOXHOST_ADMIN_TOKEN: config.adminToken!,
     BOXHOST_CLUSTER_SECRET: config.clusterSecret!,
     BOXHOST_BOX_SUBNET: config.boxSubnet,
@@ -472,6 +485,40 @@ async function main(): Promise<number> {
       };
       notes.push(`exec p50 through the node agent is ${(summarize(remoteExecs).p50 - summarize(execs).p50).toFixed(1)} ms above in-process (${fmtMs(summarize(remoteExecs).p50)} vs ${fmtMs(summarize(execs).p50)} ms)`);
       progress(`exec done: api p50 ${fmtMs(figures[1].boxhost.p50)} ms, via agent ${fmtMs(figures[2].boxhost.p50)} ms, raw p50 ${fmtMs(figures[1].floor.p50)} ms`);
+
+      // ---------------------------------------------------------- 2b. interactive: WebSocket exec, files
+      checkpoint();
+      profiler.phase = 'interactive';
+      progress(`interactive: ${N_WS} WebSocket execs (time to first byte) beside HTTP exec; files: ${FILE_MB} MiB up and down through the API beside raw cat into and out of the box root (${FILE_RUNS} each)`);
+      const inter = await benchInteractive({
+        api, project: PROJECT, box: target.name, rootfs: storage.boxRootPath(target.box.id), scratch: config.dataDir, runs: FILE_RUNS, fileMb: FILE_MB, execs: N_WS,
+        execApi: async () => (await execApi(api!, target.name, ['echo', 'x'])).ms,
+      });
+      // Throughput: MB/s of the API ≥ 0.5× raw cat's is time ≤ 2× raw's.
+      figures.push(figure(`files upload ${FILE_MB} MiB (time)`, inter.upload, inter.rawUpload, 'cat > <box root>/file on the host', TARGETS.files));
+      figures.push(figure(`files download ${FILE_MB} MiB (time)`, inter.download, inter.rawDownload, 'cat <box root>/file on the host', TARGETS.files));
+      const mbps = (ms: number[]) => FILE_MB / (summarize(ms).p50 / 1000);
+      results.interactive = {
+        ws_first_byte: summaryJson(summarize(inter.wsFirstByte)),
+        http_exec_echo: summaryJson(summarize(inter.httpExec)),
+        upload_mb_s: round1(mbps(inter.upload)), raw_upload_mb_s: round1(mbps(inter.rawUpload)),
+        download_mb_s: round1(mbps(inter.download)), raw_download_mb_s: round1(mbps(inter.rawDownload)),
+      };
+      notes.push(`WebSocket exec: first output byte p50 ${fmtMs(summarize(inter.wsFirstByte).p50)} ms (p95 ${fmtMs(summarize(inter.wsFirstByte).p95)}) beside HTTP exec of the same echo p50 ${fmtMs(summarize(inter.httpExec).p50)} ms (whole answer)`);
+      notes.push(`files: upload ${mbps(inter.upload).toFixed(0)} MB/s vs raw ${mbps(inter.rawUpload).toFixed(0)} MB/s (${(mbps(inter.upload) / mbps(inter.rawUpload)).toFixed(2)}×), download ${mbps(inter.download).toFixed(0)} MB/s vs raw ${mbps(inter.rawDownload).toFixed(0)} MB/s (${(mbps(inter.download) / mbps(inter.rawDownload)).toFixed(2)}×); target ≥ 0.5× each way`);
+      progress(`interactive done: ws first byte p50 ${fmtMs(summarize(inter.wsFirstByte).p50)} ms, upload ${mbps(inter.upload).toFixed(0)}/${mbps(inter.rawUpload).toFixed(0)} MB/s, download ${mbps(inter.download).toFixed(0)}/${mbps(inter.rawDownload).toFixed(0)} MB/s (api/raw)`);
+
+      // ---------------------------------------------------------- 2c. the publish proxy
+      checkpoint();
+      profiler.phase = 'proxy';
+      progress(`proxy: a keep-alive Go server in a box, ${PROXY_ROUNDS}× ${PROXY_SECS} s of autocannon -c ${PROXY_CONNS} straight at the box and through the publish proxy`);
+      const address = (await api.call('GET', `/v1/projects/${PROJECT}/boxes/${target.name}`)).body.address as string;
+      const px = await benchProxy({ api, project: PROJECT, box: target.name, address, proxyUrl: host.proxyUrl!, scratch: config.dataDir, seconds: PROXY_SECS, rounds: PROXY_ROUNDS, connections: PROXY_CONNS });
+      const rateRatio = px.proxied.rps / px.direct.rps;
+      const addedP99 = px.proxied.p99 - px.direct.p99;
+      results.proxy = { direct: px.direct, proxied: px.proxied, rate_ratio: round1(rateRatio * 100) / 100, added_p99_ms: round1(addedP99), connections: PROXY_CONNS };
+      notes.push(`publish proxy: ${px.proxied.rps.toFixed(0)} req/s vs ${px.direct.rps.toFixed(0)} straight to the box (${rateRatio.toFixed(2)}×, target ≥ 0.7× ${rateRatio >= 0.7 ? 'PASS' : 'MISS'}); p99 ${px.proxied.p99.toFixed(1)} vs ${px.direct.p99.toFixed(1)} ms (+${addedP99.toFixed(1)} ms, target ≤ 2 ms ${addedP99 <= 2 ? 'PASS' : 'MISS'}), autocannon -c ${PROXY_CONNS}`);
+      progress(`proxy done: ${px.proxied.rps.toFixed(0)}/${px.direct.rps.toFixed(0)} req/s (proxy/direct), p99 +${addedP99.toFixed(1)} ms`);
 
       // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
       checkpoint();

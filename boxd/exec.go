@@ -182,6 +182,14 @@ func (st *execState) closeOutputs() {
 }
 
 func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
+	if req.User != "" {
+		acct, f := lookupUser(req.User)
+		if f != nil {
+			_ = w.JSON(FrameError, f)
+			return
+		}
+		req.UID, req.GID, req.Groups = acct.UID, acct.GID, acct.Groups
+	}
 	if f := validate(req); f != nil {
 		_ = w.JSON(FrameError, f)
 		return

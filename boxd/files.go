@@ -4,6 +4,7 @@ package main
 // every path resolves in the box by construction (its symlinks, its /proc), never on the host.
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -35,6 +36,9 @@ const (
 	FrameData   = 'd'
 	FrameEnd    = 'z'
 )
+
+// fileReadBuf is how much of a file one read (and one data frame) carries.
+const fileReadBuf = 512 << 10
 
 // maxListEntries bounds a listing's answer (one frame).
 const maxListEntries = 5000
@@ -105,7 +109,7 @@ func fileFailure(err error) *Failure {
 		kind = "not_found"
 	case errors.Is(err, fs.ErrExist):
 		kind = "exists"
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		kind = "permission"
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		kind = "no_space"
@@ -200,7 +204,8 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		if w.JSON(FrameAnswer, infoOf(p, st)) != nil {
 			return
 		}
-		buf := make([]byte, outputBuf)
+		// Large reads, large frames: a file streams at the disk's pace, not the frames'.
+		buf := make([]byte, fileReadBuf)
 		for {
 			n, err := fh.Read(buf)
 			if n > 0 && w.Write(FrameData, buf[:n]) != nil {
@@ -277,7 +282,15 @@ func randomSuffix() string {
 // failures itself; true when p is written.
 func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bool {
 	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
+	// A new file is 0644; one that replaces a file keeps its mode unless one is given.
 	mode := uint32(0o644)
+	if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+		mode = unixMode(st.Mode())
+	} else if err == nil && st.IsDir() {
+		// A directory where a file is wanted: said before any byte is taken.
+		fail(&fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR})
+		return false
+	}
 	if req.Mode != nil {
 		mode = *req.Mode
 	}
@@ -301,6 +314,8 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 			_ = os.Remove(tmp)
 		}
 	}()
+	// Writes of 1 MiB: a box root on FUSE pays a round trip to its daemon per write.
+	bw := bufio.NewWriterSize(fh, 1<<20)
 	for {
 		fr, err := ReadFrame(c)
 		if err != nil {
@@ -313,10 +328,14 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 			_ = w.JSON(FrameError, failf("protocol", "", "unexpected frame %q in a write", fr.Type))
 			return false
 		}
-		if _, err := fh.Write(fr.Payload); err != nil {
+		if _, err := bw.Write(fr.Payload); err != nil {
 			fail(err)
 			return false
 		}
+	}
+	if err := bw.Flush(); err != nil {
+		fail(err)
+		return false
 	}
 	if err := syscall.Fchmod(int(fh.Fd()), mode); err != nil { // exact, whatever the umask
 		fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
@@ -327,6 +346,9 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 		return false
 	}
 	if err := os.Rename(tmp, p); err != nil {
+		if errors.Is(err, fs.ErrExist) { // Go's word for a directory there now
+			err = &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
+		}
 		fail(err)
 		return false
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // Version is boxd's own version, told in the hello.
-var Version = "1.0.0"
+var Version = "1.2.0"
 
 const listenFD = 3
 
@@ -39,6 +39,8 @@ func serve() {
 	// starts, while a caught one is back to its default after exec.
 	reaper := NewReaper()
 	go reaper.Run()
+	sup := NewSupervisor(reaper)
+	go sup.Boot()
 	dropped := make(chan os.Signal, 64)
 	signal.Notify(dropped)
 	go func() {
@@ -61,7 +63,7 @@ func serve() {
 		// No node can reach this box; it stays up (reaping) until it is stopped.
 		select {}
 	}
-	s := &Server{reaper: reaper}
+	s := &Server{reaper: reaper, sup: sup}
 	for {
 		c, err := ln.Accept()
 		if err != nil {

@@ -5,11 +5,13 @@ package main
 // request; exec then streams until boxd sends the exit frame and closes.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -94,18 +96,24 @@ func (fw *Writer) Write(t byte, p []byte) error {
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(p)))
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	if _, err := fw.w.Write(append(hdr[:], p...)); err != nil {
+	// Header and payload in one writev, without copying the payload.
+	bufs := net.Buffers{hdr[:], p}
+	if _, err := bufs.WriteTo(fw.w); err != nil {
 		return err
 	}
 	return nil
 }
 
+// JSON sends v as a frame's payload (without HTML escaping: `<` stays one byte, so a payload
+// is no larger than its content needs).
 func (fw *Writer) JSON(t byte, v interface{}) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	return fw.Write(t, b)
+	return fw.Write(t, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
 // ExecRequest: what to run. Ids are the box's own; env is complete (the node merges the box's
@@ -118,12 +126,15 @@ type ExecRequest struct {
 	UID    uint32   `json:"uid"`
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups"`
-	TTY    bool     `json:"tty"`
-	Echo   bool     `json:"echo"`
-	Cols   uint16   `json:"cols"`
-	Rows   uint16   `json:"rows"`
-	Stdin  bool     `json:"stdin"`
-	Detach bool     `json:"detach"`
+	// User, when set, is resolved in the box (NAME, NAME:GROUP, UID, UID:GID) and replaces
+	// uid, gid and groups.
+	User   string `json:"user,omitempty"`
+	TTY    bool   `json:"tty"`
+	Echo   bool   `json:"echo"`
+	Cols   uint16 `json:"cols"`
+	Rows   uint16 `json:"rows"`
+	Stdin  bool   `json:"stdin"`
+	Detach bool   `json:"detach"`
 	// TimeoutMs > 0: the process and its group are killed then, and the exit says timedOut.
 	TimeoutMs int64 `json:"timeoutMs"`
 }

@@ -11,6 +11,7 @@ import (
 // Server answers the node's connections, one request each.
 type Server struct {
 	reaper *Reaper
+	sup    *Supervisor
 }
 
 // firstFrameTimeout: a connection that names no request in this time is dropped.
@@ -45,6 +46,8 @@ func (s *Server) handle(c net.Conn) {
 		s.exec(c, w, &req)
 	case ReqStat, ReqList, ReqRead, ReqWrite, ReqDelete, ReqMkdir, ReqChmod:
 		s.files(c, w, f.Type, f.Payload)
+	case ReqService:
+		s.services(c, w, f.Payload)
 	case ReqShutdown:
 		var req ShutdownRequest
 		if err := json.Unmarshal(f.Payload, &req); err != nil || req.V != ProtocolVersion {
@@ -53,6 +56,7 @@ func (s *Server) handle(c net.Conn) {
 		}
 		_ = w.Write(FrameOK, nil)
 		_ = c.Close()
+		s.sup.Halt()
 		shutdown(time.Duration(req.GraceMs) * time.Millisecond)
 	default:
 		_ = w.JSON(FrameError, failf("protocol", "", "unknown request %q", f.Type))

@@ -197,18 +197,39 @@ export class Client {
       headers['content-length'] = String(payload.length);
     }
     const res = await this.send(url, method, headers, payload);
-    let body: any = undefined;
-    if (res.text) {
-      try {
-        body = JSON.parse(res.text);
-      } catch {
-        body = undefined;
-      }
-    }
+    const body: any = res.text ? parseJson(res.text) : undefined;
     const ok = (res.status >= 200 && res.status < 300) || (opts.accept ?? []).includes(res.status);
     if (!ok) throw this.toError(res.status, res.statusMessage, body, res.text);
     if (res.text && body === undefined) throw new ApiError(res.status, 'bad_response', `the api answered ${method} ${p} with something that is not JSON`);
     return { status: res.status, headers: res.headers, body };
+  }
+
+  /**
+   * A streamed call: `body` (if any) piped up as raw bytes, the answer handed back as a stream
+   * when it is a 2xx (the caller reads it), else thrown as the api's error.
+   */
+  stream(method: string, p: string, query: Query, body?: NodeJS.ReadableStream): Promise<http.IncomingMessage> {
+    const url = new URL(this.endpoint.url + p);
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+    const headers: Record<string, string> = { 'user-agent': `box-cli/${clientVersion()}` };
+    if (this.endpoint.token) headers.authorization = `Bearer ${this.endpoint.token}`;
+    if (body) headers['content-type'] = 'application/octet-stream';
+    const mod = url.protocol === 'https:' ? https : http;
+    return new Promise((resolve, reject) => {
+      const req = mod.request(url, { method, headers }, (res) => {
+        const status = res.statusCode ?? 0;
+        if (status >= 200 && status < 300) return resolve(res);
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          reject(this.toError(status, res.statusMessage ?? '', parseJson(text), text));
+        });
+      });
+      req.on('error', (e) => reject(new ConnectionError(this.endpoint, e)));
+      if (body) body.pipe(req);
+      else req.end();
+    });
   }
 
   private send(url: URL, method: string, headers: Record<string, string>, payload?: Buffer) {
@@ -239,6 +260,15 @@ export class Client {
     }
     const snippet = text.trim().slice(0, 200);
     return new ApiError(status, 'unknown', `HTTP ${status} ${statusMessage}${snippet ? `: ${snippet}` : ''}`, [], hint);
+  }
+}
+
+/** JSON, or undefined for text that is not. */
+function parseJson(text: string): any {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 

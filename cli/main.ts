@@ -12,8 +12,10 @@ import * as projects from './commands/projects';
 import * as boxes from './commands/boxes';
 import * as exec from './commands/exec';
 import * as nodes from './commands/nodes';
+import * as files from './commands/files';
+import * as services from './commands/services';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

@@ -2,14 +2,23 @@ import http from 'node:http';
 import https from 'node:https';
 import type Joi from 'joi';
 import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from './types';
+import type { Duplex, Readable } from 'node:stream';
+import type { FileList, FileStat } from '../core/apiTypes';
+import WebSocket from 'ws';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from './types';
+import { sessionOverWs } from './wsSession';
 import {
-  AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, MAX_AGENT_ANSWER_BYTES, snapshotsSchema,
+  AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, FILE_STAT_HEADER, fileListSchema, fileStatSchema, MAX_AGENT_ANSWER_BYTES, serviceListSchema,
+  serviceStartAnswerSchema, serviceStateSchema, snapshotsSchema, TUNNEL_PROTOCOL,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
 const EXEC_MARGIN_MS = 30_000;
 const CALL_TIMEOUT_MS = 30_000;
+/** What a service call may wait for in the box: a stop's grace is at most an hour. */
+const SERVICE_WAIT_MS = 3_600_000;
+/** A file transfer that moves no byte for this long has stalled. */
+const STREAM_IDLE_MS = 60_000;
 /** An agent answers with its headers at once, even for an exec that runs for minutes (the
  *  result follows in the body): a node that does not within this long is hung. */
 const ACK_TIMEOUT_MS = 5_000;
@@ -59,6 +68,206 @@ export class HttpNodeClient implements NodeClient {
 
   async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
     return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPath('snapshots', boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
+  }
+
+  /** An interactive session through the agent's WebSocket (cluster/protocol.ts `execWs`). */
+  execSession(boxId: string, req: ExecSessionRequest): Promise<ExecSession> {
+    const url = new URL(agentPath('execWs', boxId), this.base);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${this.secret}` }, handshakeTimeout: ACK_TIMEOUT_MS });
+    return new Promise((resolve, reject) => {
+      let answered = false;
+      const fail = (e: BoxhostError) => {
+        if (answered) return;
+        answered = true;
+        clearTimeout(timer);
+        ws.terminate();
+        reject(e);
+      };
+      // The agent starts the process before it answers: a start that takes longer is a hung node.
+      const timer = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not start the session within ${CALL_TIMEOUT_MS / 1000} s`)), CALL_TIMEOUT_MS);
+      ws.on('error', (e) => fail(this.unreachable(e)));
+      ws.on('unexpected-response', (_req, res) => fail(unavailable(`node ${this.nodeId} refused the session (${res.statusCode})`)));
+      ws.on('close', () => fail(unavailable(`node ${this.nodeId} closed the session before it started`)));
+      ws.once('open', () => ws.send(JSON.stringify(req)));
+      ws.once('message', (data: Buffer, isBinary?: boolean) => {
+        let o: unknown;
+        try {
+          o = isBinary ? undefined : JSON.parse(data.toString('utf8'));
+        } catch {
+          o = undefined;
+        }
+        if (o && typeof o === 'object' && (o as { ok?: unknown }).ok === true) {
+          answered = true;
+          clearTimeout(timer);
+          ws.removeAllListeners('close');
+          ws.removeAllListeners('error');
+          resolve(sessionOverWs(ws));
+        } else fail(this.agentError(500, o));
+      });
+    });
+  }
+
+  /** A raw connection to a box's port through the agent (an HTTP upgrade to `boxhost-tunnel`). */
+  tunnel(boxId: string, address: string, port: number): Promise<Duplex> {
+    const url = new URL(`${agentPath('tunnel', boxId)}?${new URLSearchParams({ address, port: String(port) })}`, this.base);
+    const mod = url.protocol === 'https:' ? https : http;
+    return new Promise((resolve, reject) => {
+      const req = mod.request(url, { headers: { authorization: `Bearer ${this.secret}`, connection: 'Upgrade', upgrade: TUNNEL_PROTOCOL } });
+      const timer = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not open a tunnel within ${(ACK_TIMEOUT_MS * 2) / 1000} s`)), ACK_TIMEOUT_MS * 2);
+      const fail = (e: BoxhostError) => {
+        clearTimeout(timer);
+        req.destroy();
+        reject(e);
+      };
+      req.on('upgrade', (_res, sock, head) => {
+        clearTimeout(timer);
+        if (head.length) sock.unshift(head);
+        resolve(sock);
+      });
+      req.on('response', (res) => {
+        void this.streamError(res).then((e) => fail(Object.assign(e, { refused: res.statusCode === 502 })));
+      });
+      req.on('error', (e) => fail(this.unreachable(e)));
+      req.end();
+    });
+  }
+
+  // ------------------------------------------------------------------------------ services
+
+  /** A service call: as long as a stop's grace (at most an hour) or a gate's time may take. */
+  private service<T>(boxId: string, body: object, schema?: Joi.Schema, waitMs = SERVICE_WAIT_MS): Promise<T> {
+    return this.call<T>('POST', agentPath('services', boxId), body, { totalMs: waitMs + CALL_TIMEOUT_MS, schema });
+  }
+
+  serviceStart(boxId: string, spec: NodeServiceSpec, gate?: ServiceGate): Promise<{ service: NodeServiceState; replaced: boolean }> {
+    return this.service(boxId, { op: 'start', spec, gate }, serviceStartAnswerSchema, SERVICE_WAIT_MS + (gate?.timeoutMs ?? 0));
+  }
+
+  async serviceList(boxId: string): Promise<NodeServiceState[]> {
+    return (await this.service<{ services: NodeServiceState[] }>(boxId, { op: 'list' }, serviceListSchema, 0)).services;
+  }
+
+  serviceGet(boxId: string, name: string): Promise<NodeServiceState> {
+    return this.service(boxId, { op: 'get', name }, serviceStateSchema, 0);
+  }
+
+  serviceControl(boxId: string, name: string, action: 'start' | 'stop' | 'restart', opts: { signal?: string; graceMs?: number } = {}): Promise<NodeServiceState> {
+    return this.service(boxId, { op: 'control', name, action, ...opts }, serviceStateSchema);
+  }
+
+  async serviceDelete(boxId: string, name: string): Promise<void> {
+    await this.service(boxId, { op: 'delete', name });
+  }
+
+  async serviceLogs(boxId: string, name: string, opts: { tail?: number; follow?: boolean }): Promise<Readable> {
+    const q = new URLSearchParams({ name, ...(opts.tail === undefined ? {} : { tail: String(opts.tail) }), ...(opts.follow ? { follow: 'true' } : {}) });
+    const res = await this.stream('GET', `${agentPath('serviceLogs', boxId)}?${q}`, undefined, opts.follow ? 0 : STREAM_IDLE_MS);
+    if (res.statusCode !== 200) throw await this.streamError(res);
+    return res;
+  }
+
+  // ---------------------------------------------------------------- files (streamed)
+
+  private filePath(route: 'files' | 'fileStat' | 'fileList', boxId: string, p: string, extra = ''): string {
+    return `${agentPath(route, boxId)}?path=${encodeURIComponent(p)}${extra}`;
+  }
+
+  async fileStat(boxId: string, p: string): Promise<FileStat> {
+    return this.call<FileStat>('GET', this.filePath('fileStat', boxId, p), undefined, { totalMs: CALL_TIMEOUT_MS, schema: fileStatSchema });
+  }
+
+  async fileList(boxId: string, p: string): Promise<FileList> {
+    return this.call<FileList>('GET', this.filePath('fileList', boxId, p), undefined, { totalMs: CALL_TIMEOUT_MS, schema: fileListSchema });
+  }
+
+  async fileDelete(boxId: string, p: string, recursive: boolean): Promise<void> {
+    await this.call('DELETE', this.filePath('files', boxId, p, recursive ? '&recursive=true' : ''), undefined, { totalMs: CALL_TIMEOUT_MS });
+  }
+
+  async fileRead(boxId: string, p: string): Promise<{ stat: FileStat; data: Readable }> {
+    const res = await this.stream('GET', this.filePath('files', boxId, p));
+    if (res.statusCode !== 200) throw await this.streamError(res);
+    const { value, error } = fileStatSchema.validate(decodeStat(res.headers[FILE_STAT_HEADER]), { stripUnknown: true });
+    if (error) {
+      res.destroy();
+      throw unavailable(`node ${this.nodeId} answered a file without a valid stat: ${error.message}`);
+    }
+    return { stat: value as FileStat, data: res };
+  }
+
+  async fileWrite(boxId: string, p: string, data: Readable, mode?: number): Promise<FileStat> {
+    const res = await this.stream('PUT', this.filePath('files', boxId, p, mode === undefined ? '' : `&mode=${mode.toString(8).padStart(4, '0')}`), data);
+    const body = await readBounded(res, 64 * 1024).catch((e: Error) => {
+      throw this.unreachable(e);
+    });
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      throw unavailable(`node ${this.nodeId} answered ${res.statusCode} without a JSON body`);
+    }
+    if (res.statusCode !== 200) throw this.agentError(res.statusCode ?? 0, parsed);
+    const { value, error } = fileStatSchema.validate(parsed, { stripUnknown: true });
+    if (error) throw unavailable(`node ${this.nodeId} answered a malformed stat: ${error.message}`);
+    return value as FileStat;
+  }
+
+  /**
+   * A streamed call: resolves with the response once its headers are in (any status), the
+   * request body piped from `body`. The node must accept the connection and, without a body,
+   * answer within ACK_TIMEOUT_MS; a transfer that then stalls for STREAM_IDLE_MS fails.
+   */
+  private stream(method: string, path: string, body?: Readable, idleMs = STREAM_IDLE_MS): Promise<http.IncomingMessage> {
+    const url = new URL(path, this.base);
+    const mod = url.protocol === 'https:' ? https : http;
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      const fail = (e: BoxhostError) => {
+        clearTimeout(ack);
+        if (!settled) reject(e);
+        settled = true;
+        req.destroy();
+        // The body is the api's own client's upload: read and dropped, not destroyed, so that
+        // client gets its error answer rather than a reset.
+        if (body) {
+          body.unpipe(req);
+          body.resume();
+        }
+      };
+      let ack: NodeJS.Timeout | undefined = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not answer within ${ACK_TIMEOUT_MS / 1000} s`)), ACK_TIMEOUT_MS);
+      const req = mod.request(url, {
+        method,
+        agent: url.protocol === 'https:' ? agents.https : agents.http,
+        headers: { authorization: `Bearer ${this.secret}`, ...(body ? { 'content-type': 'application/octet-stream' } : {}) },
+      }, (res) => {
+        clearTimeout(ack);
+        settled = true;
+        res.on('error', () => undefined);
+        resolve(res);
+      });
+      // A followed log may be silent for as long as its service is: no idle limit then.
+      if (idleMs > 0) req.setTimeout(idleMs, () => fail(unavailable(`node ${this.nodeId} stalled for ${idleMs / 1000} s`)));
+      req.on('error', (e) => fail(this.unreachable(e)));
+      if (body) {
+        // The body streams as long as it takes: only its end starts the wait for an answer.
+        clearTimeout(ack);
+        ack = undefined;
+        body.on('error', () => fail(unavailable('the upload failed before its end')));
+        body.on('end', () => {
+          if (!settled) ack = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not answer within ${ACK_TIMEOUT_MS / 1000} s of the upload's end`)), 60_000);
+        });
+        body.pipe(req);
+      } else req.end();
+    });
+  }
+
+  private async streamError(res: http.IncomingMessage): Promise<BoxhostError> {
+    try {
+      return this.agentError(res.statusCode ?? 0, JSON.parse((await readBounded(res, 64 * 1024)).toString('utf8')));
+    } catch {
+      return unavailable(`node ${this.nodeId} answered ${res.statusCode}`);
+    }
   }
 
   private call<T>(method: string, path: string, body: unknown, opts: CallOptions): Promise<T> {
@@ -166,5 +375,32 @@ export class HttpNodeClient implements NodeClient {
     const code = (e as NodeJS.ErrnoException).code;
     const why = code === 'ECONNREFUSED' ? 'connection refused' : code === 'ECONNRESET' ? 'connection reset' : e.message;
     return unavailable(`node ${this.nodeId} is not answering: ${why}`);
+  }
+}
+
+/** A stream's bytes up to `max` (more is an error). */
+function readBounded(res: Readable, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on('data', (b: Buffer) => {
+      size += b.length;
+      if (size > max) {
+        res.destroy();
+        return reject(new Error(`answer larger than ${max} bytes`));
+      }
+      chunks.push(b);
+    });
+    res.on('end', () => resolve(Buffer.concat(chunks)));
+    res.on('error', reject);
+  });
+}
+
+function decodeStat(header: string | string[] | undefined): unknown {
+  if (typeof header !== 'string' || header.length > 64 * 1024) return undefined;
+  try {
+    return JSON.parse(Buffer.from(header, 'base64url').toString('utf8'));
+  } catch {
+    return undefined;
   }
 }

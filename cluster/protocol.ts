@@ -14,8 +14,83 @@ export const agentRoutes = {
   exec: `${AGENT_PREFIX}/boxes/:boxId/exec`,
   limits: `${AGENT_PREFIX}/boxes/:boxId/limits`,
   snapshots: `${AGENT_PREFIX}/boxes/:boxId/snapshots`,
+  /** GET raw bytes (the stat in FILE_STAT_HEADER), PUT raw body (answers the stat), DELETE;
+   *  the path in `?path=`. */
+  files: `${AGENT_PREFIX}/boxes/:boxId/files`,
+  fileStat: `${AGENT_PREFIX}/boxes/:boxId/files/stat`,
+  fileList: `${AGENT_PREFIX}/boxes/:boxId/files/list`,
+  /** WebSocket: the first text message is the ExecSessionRequest, answered `{"ok": true}` (then
+   *  the boxhost.v1.channel framing) or the error body (then close). */
+  execWs: `${AGENT_PREFIX}/boxes/:boxId/exec/ws`,
+  /** Upgrade `boxhost-tunnel`, `?address=&port=`: a raw TCP connection to a port of the box
+   *  (101, then bytes both ways), for the publish proxy. */
+  tunnel: `${AGENT_PREFIX}/boxes/:boxId/tunnel`,
+  /** POST `{op, …}` (serviceCallSchema): a box's services; answers JSON. */
+  services: `${AGENT_PREFIX}/boxes/:boxId/services`,
+  /** GET `?name=&tail=&follow=`: a service's log, streamed. */
+  serviceLogs: `${AGENT_PREFIX}/boxes/:boxId/services/logs`,
 };
+
+const serviceName = Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/);
+
+/** A service call to a node: one route, the op says which. */
+export const serviceCallSchema = Joi.alternatives().try(
+  Joi.object({
+    op: Joi.valid('start').required(),
+    spec: Joi.object({ name: serviceName.required(), command: Joi.array().items(Joi.string().allow('')).min(1).required() }).unknown(true).required(),
+    gate: Joi.object({ port: Joi.number().integer().min(1).max(65535).required(), path: Joi.string().max(2048), status: Joi.number().integer().min(100).max(599), timeoutMs: Joi.number().integer().min(0).max(3_600_000).required() }),
+  }),
+  Joi.object({ op: Joi.valid('list').required() }),
+  Joi.object({ op: Joi.valid('get', 'delete').required(), name: serviceName.required() }),
+  Joi.object({
+    op: Joi.valid('control').required(),
+    name: serviceName.required(),
+    action: Joi.valid('start', 'stop', 'restart').required(),
+    signal: Joi.string().max(16),
+    graceMs: Joi.number().integer().min(0).max(3_600_000),
+  }),
+);
+
+export const serviceStateSchema = Joi.object({
+  name: serviceName.required(),
+  state: Joi.valid('starting', 'running', 'restarting', 'stopped', 'exited', 'failed', 'corrupt').required(),
+  pid: Joi.number().integer().min(0).max(4_194_304).required(),
+  restarts: Joi.number().integer().min(0).required(),
+  lastExitCode: Joi.number().integer().min(0).max(255).allow(null).required(),
+  error: Joi.string().max(1000).allow(''),
+  spec: Joi.object().unknown(true),
+});
+export const serviceStartAnswerSchema = Joi.object({ service: serviceStateSchema.required(), replaced: Joi.boolean().required() });
+export const serviceListSchema = Joi.object({ services: Joi.array().max(10_000).items(serviceStateSchema).required() });
+
+export const execSessionSchema = Joi.object({
+  command: Joi.array().items(Joi.string().allow('')).min(1).required(),
+  cwd: Joi.string(),
+  env: Joi.object().pattern(/^/, Joi.string().allow('')),
+  user: Joi.string(),
+  tty: Joi.boolean(),
+  cols: Joi.number().integer().min(1).max(65535),
+  rows: Joi.number().integer().min(1).max(65535),
+});
+
+/** A file read's stat travels beside its bytes in this header: base64url of its JSON. */
+export const FILE_STAT_HEADER = 'x-boxhost-file-stat';
+
+export const fileStatSchema = Joi.object({
+  name: Joi.string().max(4096).allow('').required(),
+  path: Joi.string().max(8192).required(),
+  type: Joi.valid('file', 'dir', 'symlink', 'other').required(),
+  size: Joi.number().integer().min(0).required(),
+  mode: Joi.string().pattern(/^[0-7]{4}$/).required(),
+  mtime: Joi.string().max(64).required(),
+  target: Joi.string().max(8192).allow(''),
+});
+
+export const fileListSchema = Joi.object({ entries: Joi.array().max(5000).items(fileStatSchema).required(), truncated: Joi.boolean().required() });
 export const agentPath = (route: keyof typeof agentRoutes, boxId = '') => agentRoutes[route].replace(':boxId', boxId);
+
+/** The Upgrade token of a tunnel. */
+export const TUNNEL_PROTOCOL = 'boxhost-tunnel';
 
 export const BOX_ID_PATTERN = /^[a-z0-9]{1,32}$/;
 
@@ -54,7 +129,7 @@ export const snapshotsSchema = Joi.object({
 
 
 /** The error codes an agent may answer; anything else is read as `internal`. */
-export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'not_found', 'conflict', 'rate_limited', 'unavailable', 'internal', 'insufficient_storage'];
+export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'permission_denied', 'not_found', 'conflict', 'rate_limited', 'unavailable', 'internal', 'insufficient_storage'];
 
 /** The wait a node's `rate_limited` answer (its exec cap) stands for: the error body carries no
  *  headers, so the api adds `Retry-After` itself. */

@@ -6,6 +6,9 @@
  * `conflict` for a box that is not running, `unavailable` for a node that does not answer.
  */
 
+import type { Duplex, Readable, Writable } from 'node:stream';
+import type { FileList, FileStat } from '../core/apiTypes';
+
 /** Each of stdout and stderr of a collected exec is kept up to this many bytes. */
 export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
 
@@ -24,6 +27,30 @@ export interface ExecRequest {
   /** Aborting it ends the process (its caller went away); the result then says exit 137. Not
    *  sent on the wire: the agent aborts when the api's request is closed. */
   signal?: AbortSignal;
+}
+
+export interface ExecSessionRequest {
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  tty?: boolean;
+  cols?: number;
+  rows?: number;
+}
+
+/** A process whose streams flow both ways while it runs. */
+export interface ExecSession {
+  stdin: Writable;
+  stdout: Readable;
+  /** Empty with a tty: everything comes on stdout. */
+  stderr: Readable;
+  resize(cols: number, rows: number): void;
+  signal(sig: NodeJS.Signals): void;
+  /** Ends the process (and its group) if it still runs. */
+  close(): void;
+  /** Its exit code once it ended and its output is drained; rejects when the session failed. */
+  exited: Promise<{ exitCode: number }>;
 }
 
 export interface ExecResult {
@@ -48,8 +75,60 @@ export interface BoxLimits {
   ramMb?: number;
 }
 
+/** A supervised service as its box's agent reports it (docs/boxd.md "Services"). */
+export interface NodeServiceState {
+  name: string;
+  state: 'starting' | 'running' | 'restarting' | 'stopped' | 'exited' | 'failed' | 'corrupt';
+  /** The main process's pid in the box (0: none running). */
+  pid: number;
+  restarts: number;
+  lastExitCode: number | null;
+  /** Set on a corrupt spec's tombstone: why it did not load. */
+  error?: string;
+  /** The spec file as it is in the box: the box's word, checked again before use. */
+  spec?: Record<string, unknown>;
+}
+
+/** A spec to start: boxd's fields (name, command, cwd, env, user, restart, stop) and the api's
+ *  own (port, publish, ready, secret_env, tags), kept with it in the box. */
+export type NodeServiceSpec = { name: string; command: string[] } & Record<string, unknown>;
+
+/** A ready gate (DESIGN.md §6 "Services"): `path` makes it an HTTP gate (`status` wanted,
+ *  absent: any 2xx), else TCP; looked at inside the box until it passes or `timeoutMs` ends. */
+export interface ServiceGate {
+  port: number;
+  path?: string;
+  status?: number;
+  timeoutMs: number;
+}
+
 export interface NodeClient {
   readonly nodeId: string;
+  /** File operations in a running box, every path resolved inside it (docs/files.md). */
+  fileStat(boxId: string, path: string): Promise<FileStat>;
+  fileList(boxId: string, path: string): Promise<FileList>;
+  /** The file's stat, then its bytes streamed; destroying `data` ends the read. */
+  fileRead(boxId: string, path: string): Promise<{ stat: FileStat; data: Readable }>;
+  /** Writes the whole file from `data` (parents made); what the path is then. */
+  fileWrite(boxId: string, path: string, data: Readable, mode?: number): Promise<FileStat>;
+  fileDelete(boxId: string, path: string, recursive: boolean): Promise<void>;
+  /** Starts an interactive process (WebSocket exec and console): resolves once it runs, so a
+   *  refusal (bad cwd, unknown user, box stopped, node cap) is an error before any upgrade. */
+  execSession(boxId: string, req: ExecSessionRequest): Promise<ExecSession>;
+  /** Starts (or replaces) a service; with `gate`, answers once it passes. A gate that fails
+   *  stops the service, lists it `failed`, and is 409 `not_ready` with its last output lines. */
+  serviceStart(boxId: string, spec: NodeServiceSpec, gate?: ServiceGate): Promise<{ service: NodeServiceState; replaced: boolean }>;
+  serviceList(boxId: string): Promise<NodeServiceState[]>;
+  serviceGet(boxId: string, name: string): Promise<NodeServiceState>;
+  /** start (the stored spec, enabled again), stop (its signal and grace unless given), restart. */
+  serviceControl(boxId: string, name: string, action: 'start' | 'stop' | 'restart', opts?: { signal?: string; graceMs?: number }): Promise<NodeServiceState>;
+  serviceDelete(boxId: string, name: string): Promise<void>;
+  /** Its last `tail` lines, then with `follow` what it writes next until `data` is destroyed. */
+  serviceLogs(boxId: string, name: string, opts: { tail?: number; follow?: boolean }): Promise<Readable>;
+  /** A TCP connection to `port` of a running box at `address` (its address on this node's
+   *  bridge), opened by the node: how the publish proxy reaches a box on another machine.
+   *  Resolves once connected; nothing listening → 502-worthy `unavailable` with `refused`. */
+  tunnel(boxId: string, address: string, port: number): Promise<Duplex>;
   /** Runs a command in a running box and collects its output. */
   exec(boxId: string, req: ExecRequest): Promise<ExecResult>;
   /** Changes the cgroup limits of a running box at once. */

@@ -35,6 +35,41 @@ export interface Publish {
   warning?: string;
 }
 
+/** The body of a service start (spec "POST …/services"). */
+export interface ServiceStartRequest {
+  name: string;
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  port?: number;
+  publish?: { name?: string; public?: boolean };
+  ready?: { http?: string; port?: number; status?: number; tcp?: number; timeout_secs?: number };
+  restart?: 'always' | 'on-failure' | 'never';
+  secret_env?: string[];
+  stop?: { grace_secs?: number; signal?: string };
+  tags?: Record<string, string>;
+  user?: string;
+}
+
+/** The Service record (spec "Service"); states per DESIGN.md §3. */
+export interface Service {
+  name: string;
+  command: string[];
+  commands: { start: string; publish: string; unpublish: string };
+  restart: string;
+  restarts: number;
+  state: 'starting' | 'running' | 'restarting' | 'stopped' | 'exited' | 'failed' | 'corrupt';
+  /** Set only on a corrupt spec's tombstone. */
+  error?: string;
+  last_exit_code?: number;
+  pid: number;
+  port: number;
+  tags: Record<string, string>;
+  url?: string;
+  user: string;
+  warning?: string;
+}
+
 export interface Box {
   id: string;
   name: string;
@@ -191,4 +226,28 @@ export interface Node {
   committed: ResourceCounts & { boxes: number };
   created_at: string;
   updated_at: string;
+}
+
+/** A path in a box (DESIGN.md §6 "File stat"): `mode` is four octal digits ("0644", "4755"),
+ *  `mtime` RFC 3339; `target` only on a symlink. List entries have the same shape. */
+export interface FileStat {
+  name: string;
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: string;
+  mtime: string;
+  target?: string;
+}
+
+export interface FileList {
+  entries: FileStat[];
+  /** More entries than a listing answers (5000) were in the directory. */
+  truncated: boolean;
+}
+
+/** `POST /v1/tickets`: a single-use credential for one WebSocket handshake, valid 30 s. */
+export interface Ticket {
+  ticket: string;
+  expires_at: string;
 }

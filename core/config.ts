@@ -45,6 +45,9 @@ export interface Config {
   /** The storage watchdog (workers/storageWatchdog.ts): how often it looks (0: never), and how
    *  long the storage may give no answer before it counts as hung and is restarted. */
   storageWatchdog: { intervalMs: number; hangMs: number };
+  /** The agent watchdog (workers/agentWatchdog.ts): how often a node says hello to the boxd of
+   *  each running box (0: never), and how long boxd has to answer. */
+  agentWatchdog: { intervalMs: number; timeoutMs: number };
   /** `zfs` commands a node runs at once per pool (workers/storage/zfs.ts). */
   zfsConcurrency: number;
   /** The ARC cap (MB) of a zfs-fuse daemon boxhost starts (`--max-arc-size`). */
@@ -74,7 +77,7 @@ const envSchema = Joi.object({
   REDIS_URL: Joi.string().uri({ scheme: ['redis', 'rediss', 'unix'] }).optional(),
   BOXHOST_ZFS_POOL: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_.:-]*(\/[A-Za-z0-9_.:-]+)*$/).optional(),
   BOXHOST_POOL_SIZE_GB: Joi.number().integer().min(1).max(100000).default(20),
-  BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().default('localhost'),
+  BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().lowercase().default('localhost'),
   BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
   BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
@@ -107,6 +110,8 @@ const envSchema = Joi.object({
   BOXHOST_REDIS_PREFIX: Joi.string().pattern(/^[A-Za-z0-9:_.-]{1,64}$/).default('boxhost'),
   BOXHOST_HEARTBEAT_SECS: Joi.number().min(0.1).max(60).default(2),
   BOXHOST_STORAGE_WATCHDOG_SECS: Joi.number().min(0).max(3600).default(5),
+  BOXHOST_AGENT_CHECK_SECS: Joi.number().min(0).max(3600).default(15),
+  BOXHOST_AGENT_TIMEOUT_SECS: Joi.number().min(0.1).max(600).default(5),
   BOXHOST_STORAGE_HANG_SECS: Joi.number().min(1).max(3600).default(30),
   BOXHOST_ZFS_CONCURRENCY: Joi.number().integer().min(1).max(256).default(4),
   BOXHOST_ZFS_FUSE_ARC_MB: Joi.number().integer().min(16).max(16384).default(1024),
@@ -179,6 +184,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     redisPrefix: value.BOXHOST_REDIS_PREFIX,
     heartbeatMs: Math.round(value.BOXHOST_HEARTBEAT_SECS * 1000),
     storageWatchdog: { intervalMs: Math.round(value.BOXHOST_STORAGE_WATCHDOG_SECS * 1000), hangMs: Math.round(value.BOXHOST_STORAGE_HANG_SECS * 1000) },
+    agentWatchdog: { intervalMs: Math.round(value.BOXHOST_AGENT_CHECK_SECS * 1000), timeoutMs: Math.round(value.BOXHOST_AGENT_TIMEOUT_SECS * 1000) },
     zfsConcurrency: value.BOXHOST_ZFS_CONCURRENCY,
     zfsFuseArcMb: value.BOXHOST_ZFS_FUSE_ARC_MB,
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),

@@ -5,7 +5,9 @@ import { operationsRepo } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
 import { conflict, forbidden, invalidField, notFound } from '../core/errors';
-import type { Box } from '../core/apiTypes';
+import type { Box, Publish } from '../core/apiTypes';
+import { publishesRepo } from '../db/repos/publishes';
+import { toPublish, urlSettings } from './publishView';
 import { isUniqueViolation } from '../db/errors';
 import { boxActionOf, boxJobs } from '../jobs/boxJobs';
 import type { JobMessage } from '../jobs/types';
@@ -42,7 +44,7 @@ export const boxPath = (project: string, name: string) => `/v1/projects/${projec
  * whose node is down shows `unknown` with the node's reason: its last known status would be a
  * guess (docs/decisions.md "Nodes").
  */
-export function toApiBox(b: BoxRecord, nodeDown?: string | null): Box {
+export function toApiBox(b: BoxRecord, nodeDown?: string | null, publishes: Publish[] = [], url_settings: { auth: string } | null = b.url_settings): Box {
   return {
     id: b.id,
     name: b.name,
@@ -59,11 +61,11 @@ export function toApiBox(b: BoxRecord, nodeDown?: string | null): Box {
     lifecycle: b.lifecycle,
     pack: b.pack,
     pack_rev: b.pack_rev,
-    publishes: [],
+    publishes,
     rollback_to: b.rollback_to,
     tags: b.tags,
     termination_grace_period_seconds: b.termination_grace_period_seconds,
-    url_settings: b.url_settings,
+    url_settings,
     address: b.address,
     node: b.node,
   };
@@ -72,7 +74,9 @@ export function toApiBox(b: BoxRecord, nodeDown?: string | null): Box {
 /** Boxes as the api shows them: one read of the nodes for the lot. */
 export async function showBoxes(ctx: DomainContext, boxes: BoxRecord[]): Promise<Box[]> {
   const down = await ctx.nodes.downNodes(boxes.map((b) => b.node));
-  return boxes.map((b) => toApiBox(b, down.get(b.node)));
+  const rows = boxes.length ? await publishesRepo.ofBoxes(ctx.db, boxes.map((b) => b.id)) : [];
+  const settings = urlSettings(ctx.config);
+  return boxes.map((b) => toApiBox(b, down.get(b.node), rows.filter((r) => r.box_id === b.id).map((r) => toPublish(ctx.config, r)), b.url_settings ?? settings));
 }
 
 export const showBox = async (ctx: DomainContext, box: BoxRecord): Promise<Box> => (await showBoxes(ctx, [box]))[0];

@@ -93,6 +93,11 @@ export class NodeDirectory {
     this.local.set(client.nodeId, client);
   }
 
+  /** Whether `id` is the node of this process (its boxes are on this machine's bridges). */
+  isLocal(id: string): boolean {
+    return this.local.has(id);
+  }
+
   private rows(fresh = false): Promise<NodeRow[]> {
     if (fresh || !this.cache || Date.now() - this.cache.at > CACHE_MS) {
       const rows = nodesRepo.list(this.db);

@@ -8,7 +8,9 @@ import { conflict, notFound, forbidden } from '../core/errors';
 export const ADMIN_TOKEN_ID = 'tok_admin';
 
 /** Secrets are 32 random bytes; a single sha256 is enough to store them (no password to stretch). */
-export const newSecret = () => `bxh_${crypto.randomBytes(32).toString('base64url')}`;
+/** What every token the api makes begins with. */
+export const TOKEN_PREFIX = 'bxh_';
+export const newSecret = () => `${TOKEN_PREFIX}${crypto.randomBytes(32).toString('base64url')}`;
 
 /** Touch last_used_at at most this often per token, so auth costs no write on most requests. */
 const TOUCH_EVERY_MS = 60_000;

@@ -15,7 +15,9 @@ import { startNode, NodeOptions, RunningNode } from '../workers/node';
 import { createApp } from '../api/app';
 import { createMetrics } from '../api/metrics';
 import { createApiLimits } from '../api/limits';
+import { startProxy } from '../api/proxy';
 import { guardUpgrades } from '../api/http/upgrade';
+import { MAX_WS_MESSAGE, mountSessionRoutes } from '../api/ws/sessions';
 import type { ApiContext } from '../api/context';
 import { loadAdminToken } from './adminToken';
 
@@ -41,6 +43,8 @@ export interface Host {
   db: Db;
   /** Base URL of the api (when it runs in this process). */
   url?: string;
+  /** The publish proxy's own address (`BOXHOST_PROXY_PORT`). */
+  proxyUrl?: string;
   adminToken: string;
   /** Present when a node or worker runs in this process. */
   node?: RunningNode;
@@ -71,9 +75,12 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
   ensureDataDir(config);
   const log = opts.log ?? createLogger(config.logLevel);
   const closers: (() => Promise<unknown>)[] = [];
-  const close = async () => {
-    for (const c of closers.reverse()) await c().catch((e) => log.warn({ err: (e as Error).message }, 'close step failed'));
-  };
+  // Once, however often it is called: a second call waits for the first.
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      for (const c of closers.reverse()) await c().catch((e) => log.warn({ err: (e as Error).message }, 'close step failed'));
+    })());
   try {
     const embedded = new EmbeddedRedis(config, log.child({ part: 'redis' }));
     await embedded.start();
@@ -116,7 +123,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       const nodes = new NodeDirectory(db, { secret: config.clusterSecret, timeoutMs: config.nodeTimeoutMs });
       if (host.node && nodeRole === 'node') nodes.addLocal(host.node.local);
       const metrics = createMetrics(queue, nodes);
-      const limits = await createApiLimits(config, connection, prefix);
+      const limits = await createApiLimits(config, db, connection, prefix);
       closers.push(limits.close);
       const api: ApiContext = {
         config,
@@ -131,7 +138,9 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       const app = express();
       app.disable('x-powered-by');
       const server = http.createServer(app);
-      expressWs(app, server);
+      // A file upload takes as long as it takes: only idle connections time out.
+      server.requestTimeout = 0;
+      mountSessionRoutes(expressWs(app, server, { wsOptions: { maxPayload: MAX_WS_MESSAGE } }).app);
       guardUpgrades(server, api);
       const routesApp = createApp(api, metrics.middleware);
       app.use(routesApp);
@@ -141,6 +150,13 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       closers.push(listening.close);
       host.url = listening.url;
       log.info({ url: host.url }, 'api listening');
+      const proxy = await startProxy(api, config.proxyPort, config.host);
+      closers.push(proxy.close);
+      // Port 0 (tests) binds any free port: the api's publish urls name the one bound (its own
+      // copy of the config: another host started from this config still binds a free port).
+      if (config.proxyPort === 0) api.config = { ...config, proxyPort: proxy.port };
+      host.proxyUrl = proxy.url;
+      log.info({ url: proxy.url, domain: config.publishDomain }, 'publish proxy listening');
     }
     return host;
   } catch (e) {

@@ -315,7 +315,7 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
 
   t.test('WebSocket handshakes are refused before the upgrade', async (t) => {
     const limited = await host.call('POST', '/v1/tokens', { body: { name: 'ws-limited', projects: ['alpha'] } });
-    for (const p of ['/v1/projects/alpha/boxes/web/exec/ws', '/v1/projects/alpha/boxes/web/console', '/no-such-route', '/healthz']) {
+    for (const p of ['/v1/projects/alpha/boxes/web/exec/ws', '/v1/projects/alpha/boxes/nobox/console', '/no-such-route', '/healthz']) {
       for (const token of [undefined, 'bxh_wrong']) {
         const r = await handshake(host.url, p, token);
         t.notOk(r.upgraded, `${p} without a valid token: no upgrade`);
@@ -323,11 +323,14 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
         t.equal(r.body?.error?.code, 'unauthenticated');
         t.same(r.body?.error?.details, []);
       }
+      // exec/ws without a command is a bad request; a console of a box that does not exist, and
+      // paths with no WebSocket route, are 404 — all before any upgrade.
+      const [status, code] = p.endsWith('/exec/ws') ? [400, 'invalid_argument'] : [404, 'not_found'];
       for (const token of [host.adminToken, limited.body.token]) {
         const r = await handshake(host.url, p, token);
         t.notOk(r.upgraded, `${p}: no upgrade`);
-        t.equal(r.status, 404, `${p} with a token: no WebSocket route → 404`);
-        t.equal(r.body?.error?.code, 'not_found');
+        t.equal(r.status, status, `${p} with a token → ${status}`);
+        t.equal(r.body?.error?.code, code);
         t.ok(r.headers['x-request-id']);
       }
     }

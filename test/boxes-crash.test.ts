@@ -237,6 +237,7 @@ t.test('kill -9 of the whole host (api, node, embedded Redis) loses no operation
     ...(process.env as Record<string, string>),
     BOXHOST_DATA_DIR: dataDir,
     BOXHOST_PORT: '0',
+    BOXHOST_PROXY_PORT: '0',
     BOXHOST_HOST: '127.0.0.1',
     BOXHOST_BOX_SUBNET: testSubnet(),
     BOXHOST_POOL_SIZE_GB: '8',

@@ -1,3 +1,4 @@
+import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
 import { ConnectionOptions, Queue } from 'bullmq';
@@ -14,7 +15,7 @@ import { nodeQueueName } from '../jobs/queue';
 t.test('two nodes behind one unprivileged api', async (t) => {
   const shared = clusterEnv(await pgSchema(t));
   const token = shared.BOXHOST_ADMIN_TOKEN;
-  const { url, proc: apiProc } = await startUnprivilegedApi(t, shared);
+  const { url, proxyUrl, proc: apiProc } = await startUnprivilegedApi(t, shared);
   const call = (method: string, p: string, body?: unknown, tok: string | null = token) => request(url, method, p, tok, { body });
 
   // Equal capacities make placement deterministic; n2's agent listens on every address, so
@@ -128,6 +129,46 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     const gateway2 = b1.address.replace(/\.\d+$/, '.1');
     const fromBox = await sh('pb', 'b1', `printf 'GET /agent/v1/health HTTP/1.0\\r\\n\\r\\n' | timeout 3 nc ${gateway2} ${agent2}; echo rc=$?`);
     t.notMatch(fromBox.stdout, /HTTP\/1/, 'a box cannot open a connection to its node agent');
+  });
+
+  t.test("a publish reaches a box on another node through that node's tunnel", async (t) => {
+    await sh('pb', 'b1', 'mkdir -p /srv/w && echo from-n2 > /srv/w/index.html');
+    const svc = await call('POST', '/v1/projects/pb/boxes/b1/services', { name: 'www', command: ['httpd', '-f', '-p', '8080', '-h', '/srv/w'], port: 8080, publish: { name: 'www' }, ready: { http: '/' } });
+    t.equal(svc.status, 201, JSON.stringify(svc.body));
+    // The api process (uid nobody) may not dial the box: only its node (root) gets there.
+    const rule = ['OUTPUT', '-m', 'owner', '--uid-owner', '65534', '-d', b1.address, '-j', 'REJECT'];
+    await run(['iptables', '-I', ...rule]);
+    t.teardown(() => run(['iptables', '-D', ...rule], { allowFailure: true }));
+    const dial = await run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'curl', '-sS', '-m', '3', `http://${b1.address}:8080/`], { allowFailure: true });
+    t.not(dial.exitCode, 0, 'positive control: uid nobody cannot reach the box itself');
+    const get = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const u = new URL(proxyUrl);
+        const req = http.get({ host: u.hostname, port: u.port, path: '/', headers: { host } }, (res) => {
+          let body = '';
+          res.on('data', (c) => (body += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        req.on('error', reject);
+      });
+    const r = await get('www--b1--pb.localhost');
+    t.equal(r.status, 200, r.body);
+    t.equal(r.body, 'from-n2\n', "through the proxy of the api process and n2's tunnel");
+    const foreign = await new Promise<string>((resolve) => {
+      const c = net.connect(agent2, '127.0.0.1', () =>
+        c.write(`GET /agent/v1/boxes/${b1.id}/tunnel?address=127.0.0.1&port=${agent2} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${shared.BOXHOST_CLUSTER_SECRET}\r\nConnection: Upgrade\r\nUpgrade: boxhost-tunnel\r\n\r\n`),
+      );
+      let got = '';
+      c.on('data', (d) => (got += d));
+      c.on('close', () => resolve(got));
+      c.on('error', () => resolve(got));
+      c.setTimeout(3000, () => c.destroy());
+    });
+    t.match(foreign, /^HTTP\/1\.1 400 /, "the agent tunnels only to the box's own address, not one the caller names");
+    t.equal((await call('POST', '/v1/projects/pb/boxes/b1/publish', { port: 9, name: 'gap' })).status, 201);
+    const gap = await get('gap--b1--pb.localhost');
+    t.equal(gap.status, 502, 'nothing on the port: 502 through the tunnel too');
+    t.match(JSON.parse(gap.body).error.message, /nothing answers on port 9 in box pb\/b1/);
   });
 
   t.test('node 2 lost: its boxes answer 503 with why, node 1 carries on; back: converges', async (t) => {

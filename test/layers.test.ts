@@ -18,7 +18,7 @@ const LAYERS: Record<string, string[]> = {
   domain: ['core', 'db', 'jobs', 'cluster', 'domain'],
   api: ['core', 'db', 'jobs', 'domain', 'api'],
   workers: ['core', 'db', 'jobs', 'cluster', 'workers'],
-  cli: ['cli', 'core/apiTypes', 'core/box'],
+  cli: ['cli', 'core/apiTypes', 'core/box', 'core/wsChannel'],
 };
 
 /** Layers that run no host program: no child processes, not even through a core module. */

@@ -118,7 +118,7 @@ t.test('a node keeps the layout its boxes were addressed under', async (t) => {
   t.equal(made.status, 200, made.text);
   await host.close();
 
-  const env = { BOXHOST_DATA_DIR: config.dataDir, BOXHOST_BOX_SUBNET: config.boxSubnet, BOXHOST_CLUSTER_SECRET: config.clusterSecret!, BOXHOST_PORT: '0', BOXHOST_AGENT_PORT: '0', LOG_LEVEL: 'warn', BOXHOST_STORAGE_OVERCOMMIT: '100' };
+  const env = { BOXHOST_DATA_DIR: config.dataDir, BOXHOST_BOX_SUBNET: config.boxSubnet, BOXHOST_CLUSTER_SECRET: config.clusterSecret!, BOXHOST_PORT: '0', BOXHOST_AGENT_PORT: '0', BOXHOST_PROXY_PORT: '0', LOG_LEVEL: 'warn', BOXHOST_STORAGE_OVERCOMMIT: '100' };
   const moved = loadConfig({ ...env, BOXHOST_PROJECT_PREFIX: '26' }, { readDotenv: false });
   const refused = await startHost(moved, { roles: ['api', 'node'], log }).then(async (h) => {
     await h.close();

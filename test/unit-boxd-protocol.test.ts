@@ -5,8 +5,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { BoxdClient } from '../workers/runtime/boxd/client';
+import { BoxdServices } from '../workers/runtime/boxd/services';
 import { BoxdProtocolError, encodeFrame, Frame, FrameDecoder, MAX_FRAME } from '../workers/runtime/boxd/protocol';
-import { BoxAgentUnavailableError, ExecInputError } from '../workers/errors';
+import { BoxAgentUnavailableError, BoxServiceError, ExecInputError } from '../workers/errors';
 
 /** The node's side of the boxd protocol against what a hostile or broken boxd could send. */
 
@@ -109,4 +110,38 @@ t.test('client: what boxd may answer, and what it may not', async (t) => {
     f.close();
   }
   t.pass('200 garbage answers settled as results or agent errors');
+});
+
+t.test("the node does not believe boxd's service answers", async (t) => {
+  const state = { name: 'web', state: 'running', pid: 7, restarts: 0 };
+  const cases: Array<[string, Buffer, string]> = [
+    ['a state that is not one', encodeFrame(Frame.answer, { ...state, state: 'exploded' }), 'get'],
+    ['a name that is not one', encodeFrame(Frame.answer, { ...state, name: '../../etc' }), 'get'],
+    ['a pid out of range', encodeFrame(Frame.answer, { ...state, pid: -4 }), 'get'],
+    ['an exit code out of range', encodeFrame(Frame.answer, { ...state, last_exit_code: 9999 }), 'get'],
+    ['a spec that is not an object', encodeFrame(Frame.answer, { ...state, spec: 'rm -rf /' }), 'get'],
+    ['a start answer without its service', encodeFrame(Frame.answer, { replaced: true }), 'start'],
+    ['a list that never ends', Buffer.concat([encodeFrame(Frame.answer, state), encodeFrame(Frame.stdout, 'x')]), 'list'],
+  ];
+  for (const [what, reply, op] of cases) {
+    const fake = await fakeBoxd((s) => s.end(reply));
+    const svcs = new BoxdServices(new BoxdClient(fake.sock, 1000));
+    const call: Promise<unknown> = op === 'get' ? svcs.get('web') : op === 'start' ? svcs.start({ name: 'web', command: ['true'] }) : svcs.list();
+    await t.rejects(call, BoxAgentUnavailableError, `${what}: 503, the agent`);
+    fake.close();
+  }
+  const fake = await fakeBoxd((s) => s.end(encodeFrame(Frame.error, { kind: 'not_found', field: 'name', message: 'no service "web" in the box' })));
+  await t.rejects(new BoxdServices(new BoxdClient(fake.sock, 1000)).get('web'), BoxServiceError, 'not found is a service error (404)');
+  fake.close();
+  const ok = await fakeBoxd((s) => s.end(encodeFrame(Frame.answer, { ...state, last_exit_code: 3, spec: { name: 'web' } })));
+  t.same(await new BoxdServices(new BoxdClient(ok.sock, 1000)).get('web'), { name: 'web', state: 'running', pid: 7, restarts: 0, lastExitCode: 3, spec: { name: 'web' } }, 'a good answer, read field by field');
+  ok.close();
+});
+
+t.test('a boxd from before 1.1.0 is not asked to resolve a user (it would ignore the field and run as root)', async (t) => {
+  for (const [version, resolves] of [['1.0.0', false], ['1.1.0', true], ['2.0.0', true]] as const) {
+    const fake = await fakeBoxd((s) => s.end(encodeFrame(Frame.helloReply, { protocol: 1, version, pid: 1 })));
+    t.equal(await new BoxdClient(fake.sock, 1000).resolvesUsers(), resolves, `${version}: ${resolves ? 'resolves users itself' : 'the node resolves them'}`);
+    fake.close();
+  }
 });

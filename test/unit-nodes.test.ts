@@ -501,7 +501,7 @@ t.test('HttpNodeClient against hostile or broken servers', async (t) => {
       e = await run('snapshots', (res) => json(res, 418, { error: { code: 'weird', message: 'odd' } }));
       t.equal(e.code, 'internal');
       // A code of the contract an agent has no business answering is not passed through.
-      e = await run('exec', envelope(JSON.stringify({ error: { code: 'permission_denied', message: 'no' } })));
+      e = await run('exec', envelope(JSON.stringify({ error: { code: 'not_ready', message: 'no' } })));
       t.equal(e.code, 'internal');
     });
 

@@ -20,6 +20,7 @@ import { BoxSteps } from '../workers/boxSteps';
 import type { WorkerContext } from '../workers/context';
 import { createMockDrivers, MockDrivers } from '../workers/mockDrivers';
 import { reconcile } from '../workers/reconcile';
+import { startAgentWatchdog } from '../workers/agentWatchdog';
 
 const BASE: BaseRef = { name: 'tiny', version: 'v1' };
 const PROJECT = 'demo';
@@ -266,4 +267,47 @@ t.test("boxes and operations of another node are not this node's to judge", asyn
   t.match(await operationsRepo.get(w.ctx.db, opId), { status: 'queued', error: null });
   t.match(await boxRow(w, elsewhere.id), { status: 'creating', error: null });
   t.match(await boxRow(w, runningThere.id), { status: 'running', error: null });
+});
+
+t.test('the agent watchdog restarts a box whose boxd stopped answering or whose container died, and only those', async (t) => {
+  const w = await world(t);
+  const make = async () => {
+    const b = await w.insertBox('running');
+    await w.makeHostObjects(b);
+    await w.ctx.boxes.start(b);
+    return b;
+  };
+  const [healthy, wedged, dead, busy] = [await make(), await make(), await make(), await make()];
+  const stopped = await w.insertBox('stopped');
+  await w.makeHostObjects(stopped);
+  w.runtime.wedgedAgents.add(wedged.id);
+  w.runtime.wedgedAgents.add(busy.id);
+  await w.runtime.stop(dead.id, 0);
+  await w.insertOperation(busy); // an operation is under way: the watchdog keeps out
+  const startsBefore = w.runtime.starts.length;
+  const dog = startAgentWatchdog({ ctx: w.ctx, intervalMs: 20, timeoutMs: 50, misses: 2 });
+  t.teardown(() => dog.stop());
+  const until = Date.now() + 5000;
+  while (dog.restarted.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+  // A restarted box gets a new boxd: the mock's agent answers again once unwedged.
+  w.runtime.wedgedAgents.delete(wedged.id);
+  await new Promise((r) => setTimeout(r, 200));
+  await dog.stop();
+  t.same([...dog.restarted].sort(), [wedged.id, dead.id].sort(), 'the wedged box and the dead one were restarted, once each');
+  t.equal(await w.runtime.status(dead.id), 'running', 'the dead box runs again');
+  t.equal(await w.runtime.status(busy.id), 'running', 'the box with an operation was left alone');
+  t.equal(await w.runtime.status(stopped.id), null, 'a stopped box stays stopped');
+  t.equal(w.runtime.starts.length - startsBefore, 2, 'two starts, no more');
+  t.notOk(dog.restarted.includes(healthy.id), 'the healthy box was not touched');
+});
+
+t.test('the agent watchdog looks at nothing while the node says it is busy (storage recovery)', async (t) => {
+  const w = await world(t);
+  const b = await w.insertBox('running');
+  await w.makeHostObjects(b);
+  const dog = startAgentWatchdog({ ctx: w.ctx, intervalMs: 20, timeoutMs: 50, paused: () => true });
+  await new Promise((r) => setTimeout(r, 200));
+  await dog.stop();
+  t.same(dog.restarted, [], 'a box whose container is gone is left to the recovery');
+  t.equal(await w.runtime.status(b.id), null);
 });

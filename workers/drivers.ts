@@ -157,6 +157,8 @@ export interface ExecStreamOptions {
   timeoutMs?: number;
   /** Open a stdin stream to the process (its end, `stdin.end()`, is EOF for the process). */
   stdin?: boolean;
+  /** Aborting it kills the process and its group (its caller went away): exit 137. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -214,4 +216,99 @@ export interface RuntimeDriver {
   list(): Promise<{ boxId: string; status: ContainerStatus }[]>;
   /** Rewrites the box's /etc/boxes-env (running or not; a running box sees it at once). */
   writeEnvironment(boxId: string, environment: Record<string, string>): Promise<void>;
+  /** The box's files, reached through its agent inside the box (paths are the box's own and
+   *  resolve in it: docs/boxd.md "Files"). Errors: BoxFileError, BoxNotRunningError,
+   *  BoxAgentUnavailableError. */
+  files(boxId: string): Promise<BoxFiles>;
+  /** The box's supervised services, kept by its agent in the box (docs/boxd.md "Services").
+   *  Errors: BoxServiceError, BoxNotRunningError, BoxNeedsRestartError, BoxAgentUnavailableError. */
+  services(boxId: string): Promise<BoxServices>;
+  /** Whether the box's agent (boxd) answers within `timeoutMs`: `none` for a box without one
+   *  (started before boxd) or not running; `unknown` when the node could not tell (its own
+   *  failure, not the agent's). */
+  probeAgent(boxId: string, timeoutMs: number): Promise<'ok' | 'none' | 'unresponsive' | 'unknown'>;
+}
+
+export const SERVICE_STATES = ['starting', 'running', 'restarting', 'stopped', 'exited', 'failed', 'corrupt'] as const;
+export type BoxServiceStateName = (typeof SERVICE_STATES)[number];
+
+/** A service spec as boxd persists it: boxd reads these fields; the node may add its own. */
+export interface BoxServiceSpec {
+  name: string;
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  restart?: 'always' | 'on-failure' | 'never';
+  stop?: { signal?: string; grace_secs?: number };
+  [field: string]: unknown;
+}
+
+export interface BoxServiceState {
+  name: string;
+  state: BoxServiceStateName;
+  /** The main process's pid in the box (0: none running). */
+  pid: number;
+  restarts: number;
+  lastExitCode: number | null;
+  /** Set on a corrupt spec's tombstone: why it did not load. */
+  error?: string;
+  /** The spec file as it is (absent on a tombstone). Root in the box can write it: its fields
+   *  are the box's word, to be checked again before the node acts on them. */
+  spec?: Record<string, unknown>;
+}
+
+/** One readiness look at a port of the box's loopback (boxd 1.2.0 on): `http` a path fetched
+ *  with GET, `status` the code wanted (absent: any 2xx); without `http`, a TCP connect. */
+export interface BoxProbe {
+  port: number;
+  http?: string;
+  status?: number;
+}
+
+export interface BoxProbeResult {
+  ok: boolean;
+  /** Why it did not pass. */
+  issue?: string;
+}
+
+/** Service supervision in one box (workers/runtime/boxd/services.ts on the real runtime). */
+export interface BoxServices {
+  /** Starts `spec`, replacing a service of that name. */
+  start(spec: BoxServiceSpec): Promise<{ service: BoxServiceState; replaced: boolean }>;
+  /** Starts the stored spec again if it does not run (and enables it). */
+  resume(name: string): Promise<BoxServiceState>;
+  restart(name: string): Promise<BoxServiceState>;
+  /** Stops it; `fail` marks it failed with that reason (a ready gate that did not pass). */
+  stop(name: string, opts?: { signal?: string; graceMs?: number; fail?: string }): Promise<BoxServiceState>;
+  get(name: string): Promise<BoxServiceState>;
+  list(): Promise<BoxServiceState[]>;
+  remove(name: string): Promise<void>;
+  logs(name: string, opts?: { tail?: number; follow?: boolean }): Promise<Readable>;
+  /** One readiness look at a port on the box's own loopback. */
+  probe(p: BoxProbe): Promise<BoxProbeResult>;
+}
+
+/** What the runtime says of a path in a box (ids and paths are the box's own). */
+export interface BoxFileInfo {
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtime: string;
+  uid: number;
+  gid: number;
+  target?: string;
+}
+
+/** File operations in one box (workers/runtime/boxd/client.ts on the real runtime). */
+export interface BoxFiles {
+  stat(path: string): Promise<BoxFileInfo>;
+  list(path: string): Promise<{ entries: BoxFileInfo[]; truncated: boolean }>;
+  /** The file's info once opened, then its bytes streamed with back-pressure. */
+  read(path: string): Promise<{ info: BoxFileInfo; data: Readable }>;
+  /** A new file beside the target, renamed over it at the end: a write that fails leaves the
+   *  old file (or none) at the path. */
+  write(path: string, data: Readable, opts: { mode?: number; parents?: boolean }): Promise<BoxFileInfo>;
+  remove(path: string, opts: { recursive?: boolean }): Promise<void>;
 }

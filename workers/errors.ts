@@ -22,6 +22,25 @@ export class BoxAgentUnavailableError extends Error {
   override name = 'BoxAgentUnavailableError';
 }
 
+/** The box runs an init from before boxd (it predates the agent): what needs boxd waits for
+ *  the box's next start. 409. */
+export class BoxNeedsRestartError extends Error {
+  override name = 'BoxNeedsRestartError';
+}
+
+/** A service call boxd refused: `input` (a field of the spec: 400), `not_found` (404),
+ *  `conflict` (the box is stopping: 409). */
+export class BoxServiceError extends Error {
+  override name = 'BoxServiceError';
+  constructor(
+    readonly kind: 'input' | 'not_found' | 'conflict',
+    message: string,
+    readonly field = '',
+  ) {
+    super(message);
+  }
+}
+
 /** A file operation in a box failed: `not_found` (404), `exists` (409), `permission` (403),
  *  `invalid` / `input` (400: a directory where a file was wanted, a path that is not absolute),
  *  `no_space` (507). */

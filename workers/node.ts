@@ -16,6 +16,7 @@ import { LocalNode } from './agent/localNode';
 import { Agent, startAgent } from './agent/server';
 import { describeNode, Heartbeat, startHeartbeat } from './heartbeat';
 import { startStorageWatchdog, StorageWatchdog } from './storageWatchdog';
+import { AgentWatchdog, startAgentWatchdog } from './agentWatchdog';
 import { recoverStorage } from './storageRecovery';
 
 export interface NodeOptions {
@@ -40,6 +41,8 @@ export interface RunningNode {
   agent?: Agent;
   /** The `node` role's storage watchdog (absent with BOXHOST_STORAGE_WATCHDOG_SECS=0). */
   watchdog?: StorageWatchdog;
+  /** The `node` role's agent watchdog (absent with BOXHOST_AGENT_CHECK_SECS=0). */
+  agentWatchdog?: AgentWatchdog;
   close(): Promise<void>;
 }
 
@@ -89,6 +92,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
           port: config.agentPort,
           log: log.child({ part: 'agent' }),
           holdsBox: async (id) => (await boxesRepo.byId(db, id))?.node === config.nodeId,
+          addressOf: async (id) => (await boxesRepo.byId(db, id))?.address ?? null,
         });
         closers.push(() => agent!.close());
         log.info({ url: agent.url }, 'node agent listening');
@@ -121,7 +125,17 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
       // Stopped first on close: no recovery may start on a node that is going away.
       closers.push(() => watchdog!.stop());
     }
-    return { ctx, local, worker, agent, watchdog, close };
+    let agentWatchdog: AgentWatchdog | undefined;
+    if (opts.role === 'node' && config.agentWatchdog.intervalMs > 0) {
+      agentWatchdog = startAgentWatchdog({
+        ctx,
+        intervalMs: config.agentWatchdog.intervalMs,
+        timeoutMs: config.agentWatchdog.timeoutMs,
+        paused: () => local.storageRecovering !== null,
+      });
+      closers.push(() => agentWatchdog!.stop());
+    }
+    return { ctx, local, worker, agent, watchdog, agentWatchdog, close };
   } catch (e) {
     await close();
     throw e;

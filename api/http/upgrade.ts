@@ -1,20 +1,25 @@
 import crypto from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
+import { endWithError } from '../../core/rawHttp';
 import { BoxhostError, invalid, notFound, unauthenticated } from '../../core/errors';
-import type { ApiContext } from '../context';
+import type { ApiContext, Identity } from '../context';
 import { httpStatusOf } from './errorHandler';
 import { callerKey } from './rateLimit';
+import { prepareSession, SESSION_PATHS } from '../ws/sessions';
 
 /**
  * The WebSocket routes, written the OpenAPI way (`/v1/projects/{project}/boxes/{name}/exec/ws`).
  * None is built yet (WebSocket exec and console come with their issue, DESIGN.md §4): a route
  * that mounts one with express-ws adds its path here, or its handshakes are refused with 404.
  */
-export const websocketRoutes: string[] = [];
+export const websocketRoutes: string[] = [...SESSION_PATHS];
 
 const patternOf = (path: string) =>
   new RegExp(`^${path.split('/').map((seg) => (/^\{\w+\}$/.test(seg) ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}$`);
+
+/** A handshake that passed `checkUpgrade`: who made it. */
+export type UpgradeRequest = http.IncomingMessage & { identity?: Identity };
 
 type UpgradeListener = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void;
 
@@ -25,9 +30,17 @@ type UpgradeListener = (req: http.IncomingMessage, socket: Duplex, head: Buffer)
  * The token comes first so that a caller without one learns nothing about which paths exist.
  */
 export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, routes: string[] = websocketRoutes): Promise<BoxhostError | null> {
-  const { key, identity } = await callerKey(api, req);
-  await api.limits.requests.consume(key);
+  const caller = await callerKey(api, req);
+  let identity = caller.identity;
+  await api.limits.requests.consume(caller.key);
+  // A browser's ticket (POST /v1/tickets) instead of a header: good for this one handshake.
+  const ticket = new URL(req.url ?? '/', 'http://upgrade.invalid').searchParams.get('ticket');
+  if (!identity && ticket !== null) {
+    identity = (await api.limits.tickets.redeem(ticket)) ?? undefined;
+    if (!identity) return unauthenticated('the ticket is unknown, used or expired');
+  }
   if (!identity) return unauthenticated();
+  (req as UpgradeRequest).identity = identity;
   let path: string;
   try {
     path = new URL(req.url ?? '/', 'http://upgrade.invalid').pathname;
@@ -36,23 +49,13 @@ export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, r
     return invalid('the path is not valid percent-encoding', [{ field: 'path', issue: 'is not valid percent-encoded UTF-8' }]);
   }
   if (!routes.some((r) => patternOf(r).test(path))) return notFound(`WebSocket route ${path}`);
+  if (SESSION_PATHS.some((r) => patternOf(r).test(path))) await prepareSession(api, req, identity);
   return null;
 }
 
 /** Answers a refused handshake on the raw socket: the status and the error body, no upgrade. */
 function refuse(socket: Duplex, error: BoxhostError, requestId: string): void {
-  const status = httpStatusOf(error);
-  const body = JSON.stringify(error.toBody());
-  const head = [
-    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}`,
-    'Content-Type: application/json; charset=utf-8',
-    `Content-Length: ${Buffer.byteLength(body)}`,
-    'Connection: close',
-    `X-Request-Id: ${requestId}`,
-    ...Object.entries(error.headers).map(([k, v]) => `${k}: ${v}`),
-  ];
-  if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
-  else socket.destroy();
+  endWithError(socket, httpStatusOf(error), error, { 'X-Request-Id': requestId });
 }
 
 /**

@@ -28,6 +28,24 @@ import deleteBox from './boxes/delete';
 import stopBox from './boxes/stop';
 import resumeBox from './boxes/resume';
 import execBox from './boxes/exec';
+import publishBox from './boxes/publish';
+import unpublishBox from './boxes/unpublish';
+import startService from './services/start';
+import listServices from './services/list';
+import getService from './services/get';
+import stopService from './services/stop';
+import resumeService from './services/resume';
+import restartService from './services/restart';
+import deleteService from './services/delete';
+import serviceLogs from './services/logs';
+import publishService from './services/publish';
+import unpublishService from './services/unpublish';
+import createTicket from './tickets/create';
+import getFile from './files/get';
+import putFile from './files/put';
+import statFile from './files/stat';
+import listFiles from './files/list';
+import deleteFile from './files/delete';
 import listNodes from './nodes/list';
 import getNode from './nodes/get';
 import updateNode from './nodes/update';
@@ -43,6 +61,10 @@ export const routes: RouteDef[] = [
   getOperation, waitOperation,
   listProjects, getProject, updateProject,
   createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
+  publishBox, unpublishBox,
+  startService, listServices, getService, stopService, resumeService, restartService, deleteService, serviceLogs, publishService, unpublishService,
+  statFile, listFiles, getFile, putFile, deleteFile,
+  createTicket,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

@@ -3,9 +3,11 @@ import type { ExecResult } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, keyValue, projectOption } from '../context';
 import { note, say } from '../output';
+import { attach, openSession } from '../session';
 
 interface ExecOptions {
   project?: string;
+  interactive?: boolean;
   cwd?: string;
   env?: Record<string, string>;
   user?: string;
@@ -17,6 +19,11 @@ interface ExecOptions {
 }
 
 export function register(program: Command): void {
+  registerExec(program);
+  registerConsole(program);
+}
+
+function registerExec(program: Command): void {
   projectOption(
     program
       .command('exec <name> <command...>')
@@ -27,13 +34,29 @@ export function register(program: Command): void {
     .option('--cwd <dir>', 'working directory (absolute)')
     .option('--env <KEY=VALUE>', 'environment variable (repeatable)', keyValue)
     .option('--user <user>', 'run as this box-local user')
-    .option('--tty', 'allocate a pseudo-terminal (its output arrives on stdout)')
+    .option('-i, --interactive', 'attach: stream stdin to the command and its output back as it runs (WebSocket)')
+    .option('-t, --tty', 'allocate a pseudo-terminal (with -i: this terminal, raw, resized with the window)')
     .option('--shell', 'run the command words joined by spaces under /bin/sh -c')
     .option('--no-hup', 'start the command detached and return at once with its pid')
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300)', int(1))
-    .addHelpText('after', '\nThe command\'s stdout and stderr are printed as they are, and box exits with its exit code.\nExample: box exec web -- ls -la /')
+    .addHelpText('after', '\nThe command\'s stdout and stderr are printed as they are, and box exits with its exit code.\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh')
     .action(
       action<ExecOptions>(async (ctx, [name, command], o) => {
+        if (o.interactive) {
+          const q = new URLSearchParams();
+          for (const c of o.shell ? ['/bin/sh', '-c', command.join(' ')] : command) q.append('command', c);
+          if (o.tty) q.set('tty', '1');
+          if (o.cwd) q.set('cwd', o.cwd);
+          if (o.user) q.set('user', o.user);
+          for (const [k, v] of Object.entries(o.env ?? {})) q.append('env', `${k}=${v}`);
+          if (o.tty && process.stdout.isTTY) {
+            q.set('cols', String(process.stdout.columns));
+            q.set('rows', String(process.stdout.rows));
+          }
+          const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec/ws`, q);
+          ctx.exit((await attach(session, Boolean(o.tty))) & 0xff);
+          return;
+        }
         const { body } = await ctx.client.post<ExecResult>(`${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec`, {
           command,
           cwd: o.cwd,
@@ -52,6 +75,25 @@ export function register(program: Command): void {
           if (body.truncated) note('box: the output was truncated by the server');
         }
         ctx.exit(body.detached || body.exit_code < 0 ? 0 : body.exit_code & 0xff);
+      }),
+    );
+}
+
+/** `box console NAME`: a login shell on a terminal in the box. */
+export function registerConsole(program: Command): void {
+  projectOption(program.command('console <name>').description('a login shell in a running box, on this terminal (GET …/boxes/{name}/console, WebSocket)'))
+    .option('--user <user>', 'log in as this box-local user')
+    .addHelpText('after', '\nExit the shell (exit, ^D) to come back; box exits with its exit code.')
+    .action(
+      action<{ project?: string; user?: string }>(async (ctx, [name], o) => {
+        const q = new URLSearchParams();
+        if (o.user) q.set('user', o.user);
+        if (process.stdout.isTTY) {
+          q.set('cols', String(process.stdout.columns));
+          q.set('rows', String(process.stdout.rows));
+        }
+        const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/console`, q);
+        ctx.exit((await attach(session, true)) & 0xff);
       }),
     );
 }

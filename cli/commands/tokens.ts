@@ -1,11 +1,22 @@
 import type { Command } from 'commander';
-import type { Token } from '../../core/apiTypes';
+import type { Ticket, Token } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, list } from '../context';
 import { formatList, formatTime, printTable, say } from '../output';
 
 
 export function register(program: Command): void {
+  program
+    .command('ticket')
+    .description('a single-use ticket for one WebSocket handshake within 30 s (POST /v1/tickets): for a browser, which cannot send the token as a header')
+    .addHelpText('after', '\nExample: wscat -s boxhost.v1.channel -c "$BOXHOST_URL/v1/projects/demo/boxes/web/console?ticket=$(box ticket)" (ws://… for http)')
+    .action(
+      action(async (ctx) => {
+        const { body } = await ctx.client.post<Ticket>('/v1/tickets', {});
+        ctx.show(body, (t) => say(t.ticket));
+      }),
+    );
+
   const tokens = program.command('token').description('API tokens');
 
   tokens

@@ -5,6 +5,7 @@ import * as m003 from './003_nodes';
 import * as m004 from './004_admission';
 import * as m005 from './005_storage_watchdog';
 import * as m006 from './006_root_limit';
+import * as m007 from './007_publishes';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -15,6 +16,7 @@ const all: Record<string, Migration> = {
   '004_admission': m004,
   '005_storage_watchdog': m005,
   '006_root_limit': m006,
+  '007_publishes': m007,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

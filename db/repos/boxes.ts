@@ -85,7 +85,11 @@ export const boxesRepo = {
   },
   insert: (db: Db, b: BoxRecord) => db<BoxRow>('boxes').insert(encode(b) as BoxRow),
   update: (db: Db, id: string, patch: Partial<BoxRecord>) => db<BoxRow>('boxes').where({ id }).update({ ...encode(patch), updated_at: now() }),
-  remove: (db: Db, id: string) => db<BoxRow>('boxes').where({ id }).delete(),
+  /** The row and what hangs on it (its publishes). */
+  remove: async (db: Db, id: string) => {
+    await db('publishes').where({ box_id: id }).delete();
+    return db<BoxRow>('boxes').where({ id }).delete();
+  },
   onNode: async (db: Db, node: string) => (await db<BoxRow>('boxes').where({ node })).map(decodeBox),
   failOnNode: (db: Db, node: string, error: string) => db<BoxRow>('boxes').where({ node }).update({ status: 'failed', error, address: null, updated_at: now() }),
   /** One page of boxes in (project, name) order, after the cursor. */

@@ -28,6 +28,7 @@ export const tokensRepo = {
   insert: (db: Db, t: Omit<Token, 'last_used_at'> & { secret_hash: string }) =>
     db<TokenRow>('tokens').insert({ ...t, projects: toJson(t.projects), last_used_at: null }),
   findByHash: (db: Db, hash: string) => db<TokenRow>('tokens').where({ secret_hash: hash }).first(),
+  byId: (db: Db, id: string) => db<TokenRow>('tokens').where({ id }).first(),
   list: (db: Db) => db<TokenRow>('tokens').orderBy('created_at', 'asc'),
   remove: (db: Db, id: string) => db<TokenRow>('tokens').where({ id }).delete(),
   touch: (db: Db, id: string, at: string) => db<TokenRow>('tokens').where({ id }).update({ last_used_at: at }),

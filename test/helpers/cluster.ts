@@ -109,6 +109,7 @@ export function nodeEnv(t: Test, shared: Record<string, string>, id: string, ext
     BOXHOST_POOL_SIZE_GB: '8',
     BOXHOST_STORAGE_OVERCOMMIT: '100',
     BOXHOST_AGENT_PORT: '0',
+    BOXHOST_PROXY_PORT: '0',
     ...extra,
   };
   t.teardown(() => cleanupHost(loadConfig(env, { readDotenv: false })));
@@ -127,7 +128,7 @@ function nobodyCanRead(dir: string): boolean {
  * nothing but `node`: no zfs, runc, ip or iptables is even reachable. When the checkout sits
  * where that user cannot read, it is bind-mounted read-only somewhere it can.
  */
-export async function startUnprivilegedApi(t: Test, shared: Record<string, string>): Promise<{ proc: RoleProcess; url: string }> {
+export async function startUnprivilegedApi(t: Test, shared: Record<string, string>): Promise<{ proc: RoleProcess; url: string; proxyUrl: string }> {
   let cwd = repoRoot;
   if (!nobodyCanRead(repoRoot)) {
     cwd = fs.mkdtempSync('/var/tmp/bh-repo-');
@@ -154,5 +155,6 @@ export async function startUnprivilegedApi(t: Test, shared: Record<string, strin
   const proc = new RoleProcess('api', env, argv0, cwd).start();
   t.teardown(() => proc.kill());
   const m = await proc.waitFor(/"url":"(http:\/\/[^"]+)","msg":"api listening"/);
-  return { proc, url: m[1] };
+  const px = await proc.waitFor(/"url":"(http:\/\/[^"]+)","domain":"[^"]*","msg":"publish proxy listening"/);
+  return { proc, url: m[1], proxyUrl: px[1] };
 }

@@ -47,6 +47,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       BOXHOST_DATA_DIR: testDataDir(),
       BOXHOST_PORT: '0',
       BOXHOST_AGENT_PORT: '0',
+      BOXHOST_PROXY_PORT: '0',
       BOXHOST_CLUSTER_SECRET: `test-secret-${crypto.randomBytes(12).toString('hex')}`,
       LOG_LEVEL: 'warn',
       BOXHOST_BOX_SUBNET: testSubnet(),

@@ -16,6 +16,7 @@ export function startWorkerProcess(host: TestHost, extra: Record<string, string>
     BOXHOST_STORAGE_OVERCOMMIT: String(host.config.overcommit.storage),
     BOXHOST_CLUSTER_SECRET: host.config.clusterSecret,
     BOXHOST_AGENT_PORT: '0',
+    BOXHOST_PROXY_PORT: '0',
     LOG_LEVEL: 'warn',
     ...(host.config.databaseUrl ? { DATABASE_URL: host.config.databaseUrl } : {}),
     ...extra,

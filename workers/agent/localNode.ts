@@ -1,10 +1,17 @@
-import { BoxhostError, conflict, invalid } from '../../core/errors';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, NodeClient } from '../../cluster/types';
+import net from 'node:net';
+import path from 'node:path';
+import type { Duplex, Readable } from 'node:stream';
+import { BoxhostError, conflict, invalid, notFound } from '../../core/errors';
+import type { FileList, FileStat } from '../../core/apiTypes';
+import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
-import type { RuntimeDriver, StorageDriver } from '../drivers';
-import { BoxAgentUnavailableError, BoxNotRunningError, ExecInputError } from '../errors';
+import type { BoxFileInfo, BoxFiles, BoxServices, ExecProcess, RuntimeDriver, StorageDriver } from '../drivers';
+import { startService } from './localServices';
+import { BoxAgentUnavailableError, BoxFileError, BoxNeedsRestartError, BoxNotRunningError, BoxServiceError, ExecInputError } from '../errors';
 
 const HEALTH_TIMEOUT_MS = 2000;
+/** A box port that takes no connection this long is not listening. */
+const TUNNEL_CONNECT_MS = 5000;
 /** A storage check unanswered this long makes the node report its storage failing. */
 const STALL_MS = 15_000;
 /** How long a caller over the node's exec cap is told to wait: a slot frees whenever one ends. */
@@ -38,17 +45,8 @@ export class LocalNode implements NodeClient {
   }
 
   async exec(boxId: string, req: ExecRequest): Promise<ExecResult> {
-    if (this.runningExecs >= this.maxConcurrentExecs) {
-      throw new BoxhostError('rate_limited', `node ${this.nodeId} is running its most concurrent execs (${this.maxConcurrentExecs}); try again when one has ended`, [], {
-        'Retry-After': String(EXEC_RETRY_AFTER_S),
-      });
-    }
-    // While the storage watchdog restarts the storage, every box's root is gone or coming back.
-    if (this.storageRecovering) {
-      throw new BoxhostError('unavailable', `the storage of node ${this.nodeId} is being restarted and its boxes started again; try again in a few seconds`, [], {
-        'Retry-After': String(STORAGE_RETRY_AFTER_S),
-      });
-    }
+    this.checkExecCap();
+    this.checkStorage();
     // A caller that left before its exec started: nothing to run for it.
     if (req.signal?.aborted) throw new BoxhostError('unavailable', 'the exec was cancelled before it started: its caller went away');
     this.runningExecs++;
@@ -56,17 +54,156 @@ export class LocalNode implements NodeClient {
       // The signal goes to the runtime, which ends the process when the caller goes away.
       return await this.runtime.exec(boxId, req);
     } catch (e) {
-      if (e instanceof ExecInputError) {
-        const field = e.field === 'timeout' ? 'timeout_secs' : e.field;
-        throw invalid(e.message, [{ field, issue: e.message }]);
-      }
-      if (e instanceof BoxNotRunningError) throw conflict('the box is not running');
-      if (e instanceof BoxAgentUnavailableError) {
-        throw new BoxhostError('unavailable', `the box's agent (boxd) is not answering: ${e.message}; the box may need a restart`, [], { 'Retry-After': '5' });
-      }
-      throw e;
+      throw contractError(e);
     } finally {
       this.runningExecs--;
+    }
+  }
+
+  /**
+   * An interactive process (WebSocket exec, console), counted against the node's exec cap while
+   * it runs. Resolves once boxd has started it: a cwd it cannot enter, an unknown user or a box
+   * that is not running is the contract's error here, before the caller upgrades its socket.
+   */
+  async execSession(boxId: string, req: ExecSessionRequest): Promise<ExecSession> {
+    this.checkExecCap();
+    this.checkStorage();
+    const abort = new AbortController();
+    let proc: ExecProcess;
+    // Counted from before the start: sessions starting at once cannot all pass the cap.
+    this.runningExecs++;
+    try {
+      proc = await this.runtime.execStream(boxId, { command: req.command, cwd: req.cwd, env: req.env, user: req.user, tty: req.tty, stdin: true, signal: abort.signal });
+    } catch (e) {
+      this.runningExecs--;
+      throw contractError(e);
+    }
+    const exited = proc.exited.then(
+      (r) => ({ exitCode: r.exitCode }),
+      (e) => Promise.reject(contractError(e)),
+    );
+    exited.finally(() => this.runningExecs--).catch(() => undefined);
+    // Started, or refused: a refusal rejects `exited` with nothing run.
+    if ((await proc.pid()) === 0) await exited;
+    if (req.tty && req.cols && req.rows) await proc.resize(req.cols, req.rows).catch(() => undefined);
+    return {
+      stdin: proc.stdin!,
+      stdout: proc.stdout,
+      stderr: proc.stderr,
+      resize: (cols, rows) => void proc.resize(cols, rows).catch(() => undefined),
+      signal: (sig) => proc.signal(sig),
+      close: () => abort.abort(),
+      exited,
+    };
+  }
+
+  // ------------------------------------------------------------------ files (docs/files.md)
+
+  /** A part of the box its agent serves (files, services), or the contract's error (409
+   *  stopped, 503 storage or agent down). */
+  private async agentPart<T>(get: () => Promise<T>): Promise<T> {
+    this.checkStorage();
+    return get().catch(rethrow);
+  }
+
+  private files(boxId: string): Promise<BoxFiles> {
+    return this.agentPart(() => this.runtime.files(boxId));
+  }
+
+  async fileStat(boxId: string, p: string): Promise<FileStat> {
+    const files = await this.files(boxId);
+    return fileStat(p, await files.stat(p).catch(rethrow));
+  }
+
+  async fileList(boxId: string, p: string): Promise<FileList> {
+    const files = await this.files(boxId);
+    const { entries, truncated } = await files.list(p).catch(rethrow);
+    return { entries: entries.map((e) => fileStat(path.posix.join(p, e.name), e)), truncated };
+  }
+
+  async fileRead(boxId: string, p: string): Promise<{ stat: FileStat; data: Readable }> {
+    const files = await this.files(boxId);
+    const { info, data } = await files.read(p).catch(rethrow);
+    return { stat: fileStat(p, info), data };
+  }
+
+  async fileWrite(boxId: string, p: string, data: Readable, mode?: number): Promise<FileStat> {
+    const files = await this.files(boxId);
+    return fileStat(p, await files.write(p, data, { mode, parents: true }).catch(rethrow));
+  }
+
+  async fileDelete(boxId: string, p: string, recursive: boolean): Promise<void> {
+    const files = await this.files(boxId);
+    await files.remove(p, { recursive }).catch(rethrow);
+  }
+
+  // ------------------------------------------------ services (docs/services.md, boxd supervises)
+
+  private services(boxId: string): Promise<BoxServices> {
+    return this.agentPart(() => this.runtime.services(boxId));
+  }
+
+  async serviceStart(boxId: string, spec: NodeServiceSpec, gate?: ServiceGate): Promise<{ service: NodeServiceState; replaced: boolean }> {
+    return startService(await this.services(boxId), spec, gate).catch(rethrow);
+  }
+
+  async serviceList(boxId: string): Promise<NodeServiceState[]> {
+    return (await this.services(boxId)).list().catch(rethrow);
+  }
+
+  async serviceGet(boxId: string, name: string): Promise<NodeServiceState> {
+    return (await this.services(boxId)).get(name).catch(rethrow);
+  }
+
+  async serviceControl(boxId: string, name: string, action: 'start' | 'stop' | 'restart', opts: { signal?: string; graceMs?: number } = {}): Promise<NodeServiceState> {
+    const s = await this.services(boxId);
+    const done = action === 'start' ? s.resume(name) : action === 'restart' ? s.restart(name) : s.stop(name, opts);
+    return done.catch(rethrow);
+  }
+
+  async serviceDelete(boxId: string, name: string): Promise<void> {
+    await (await this.services(boxId)).remove(name).catch(rethrow);
+  }
+
+  async serviceLogs(boxId: string, name: string, opts: { tail?: number; follow?: boolean }): Promise<Readable> {
+    return (await this.services(boxId)).logs(name, opts).catch(rethrow);
+  }
+
+  /** A TCP connection to a box's port on this node's bridge (the publish proxy's tunnel). */
+  tunnel(boxId: string, address: string, port: number): Promise<Duplex> {
+    return new Promise((resolve, reject) => {
+      const sock = net.connect({ host: address, port });
+      const timer = setTimeout(() => {
+        sock.destroy();
+        reject(new BoxhostError('unavailable', `box ${boxId} did not take a connection on port ${port} within ${TUNNEL_CONNECT_MS / 1000} s`));
+      }, TUNNEL_CONNECT_MS);
+      sock.once('connect', () => {
+        clearTimeout(timer);
+        sock.removeAllListeners('error');
+        resolve(sock);
+      });
+      sock.once('error', (e: NodeJS.ErrnoException) => {
+        clearTimeout(timer);
+        reject(Object.assign(new BoxhostError('unavailable', `nothing answers on port ${port} of box ${boxId} (${e.code ?? e.message})`), { refused: true }));
+      });
+    });
+  }
+
+  /** Over the node's exec cap (execs and sessions alike) → 429 with Retry-After. */
+  private checkExecCap(): void {
+    if (this.runningExecs >= this.maxConcurrentExecs) {
+      throw new BoxhostError('rate_limited', `node ${this.nodeId} is running its most concurrent execs (${this.maxConcurrentExecs}); try again when one has ended`, [], {
+        'Retry-After': String(EXEC_RETRY_AFTER_S),
+      });
+    }
+  }
+
+  /** While the storage watchdog restarts the storage, every box's root is gone or coming back. */
+  private checkStorage(): void {
+    if (this.storageRecovering) {
+      throw new BoxhostError('unavailable', `the storage of node ${this.nodeId} is being restarted and its boxes started again; try again in a few seconds`, [], {
+        'Retry-After': String(STORAGE_RETRY_AFTER_S),
+      });
     }
   }
 
@@ -110,4 +247,56 @@ export class LocalNode implements NodeClient {
     return settleWithin(check, HEALTH_TIMEOUT_MS, this.lastHealth);
   }
 
+}
+
+/** A driver's error as the contract's: what both transports answer. */
+export function contractError(e: unknown): unknown {
+  if (e instanceof ExecInputError) {
+    const field = e.field === 'timeout' ? 'timeout_secs' : e.field;
+    return invalid(e.message, [{ field, issue: e.message }]);
+  }
+  if (e instanceof BoxNotRunningError) return conflict('the box is not running');
+  if (e instanceof BoxNeedsRestartError) return conflict(e.message);
+  if (e instanceof BoxAgentUnavailableError) {
+    return new BoxhostError('unavailable', `the box's agent (boxd) is not answering: ${e.message}; the box may need a restart`, [], { 'Retry-After': '5' });
+  }
+  if (e instanceof BoxServiceError) {
+    if (e.kind === 'not_found') return new BoxhostError('not_found', e.message);
+    if (e.kind === 'conflict') return conflict(e.message);
+    const field = e.field || 'spec';
+    return invalid(e.message, [{ field, issue: e.message }]);
+  }
+  if (e instanceof BoxFileError) {
+    switch (e.kind) {
+      case 'not_found':
+        return notFound(e.message);
+      case 'exists':
+        return conflict(e.message);
+      case 'permission':
+        return new BoxhostError('permission_denied', e.message);
+      case 'no_space':
+        return new BoxhostError('insufficient_storage', `the box is out of space: ${e.message}`);
+      default:
+        return invalid(e.message, [{ field: 'path', issue: e.message }]);
+    }
+  }
+  return e;
+}
+
+const rethrow = (e: unknown): never => {
+  throw contractError(e);
+};
+
+/** A path's stat in the contract's shape (DESIGN.md §6): mode as four octal digits. */
+export function fileStat(p: string, info: BoxFileInfo): FileStat {
+  const out: FileStat = {
+    name: info.name,
+    path: path.posix.normalize(p),
+    type: info.type,
+    size: info.size,
+    mode: info.mode.toString(8).padStart(4, '0'),
+    mtime: new Date(info.mtime).toISOString(),
+  };
+  if (info.type === 'symlink' && info.target !== undefined) out.target = info.target;
+  return out;
 }

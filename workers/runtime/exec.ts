@@ -126,6 +126,8 @@ interface Prepared {
   env: Record<string, string>;
   user: ResolvedUser;
   idMap: IdMap | null;
+  /** For boxd: the user as the caller named it, resolved inside the box. */
+  userSpec?: string;
 }
 
 /** Runs processes in boxes through their boxd, or with `runc exec` in a box from before boxd;
@@ -154,14 +156,14 @@ export class RuncExec {
   }
 
   stream(boxId: string, opts: ExecStreamOptions): Promise<ExecProcess> {
-    return this.start(boxId, opts, opts.tty ? 'tty' : opts.stdin ? 'pipes+stdin' : 'pipes');
+    return this.start(boxId, opts, opts.tty ? 'tty' : opts.stdin ? 'pipes+stdin' : 'pipes', opts.signal);
   }
 
   private async execDetached(boxId: string, opts: ExecOptions): Promise<ExecResult> {
     const { command, cwd, env, user } = opts;
     const agent = await this.ctx.agent(boxId);
     if (agent) {
-      const req = await this.prepare(boxId, { command, cwd, env, user });
+      const req = await this.prepare(boxId, { command, cwd, env, user }, agent);
       let pid: number;
       try {
         pid = await agent.execDetached(this.boxdRequest(req, 'detach'));
@@ -185,7 +187,7 @@ export class RuncExec {
    * once runc has read it), never on its command line, where any host user could read the
    * box's environment in /proc/<pid>/cmdline.
    */
-  private async prepare(boxId: string, opts: ExecStreamOptions): Promise<Prepared> {
+  private async prepare(boxId: string, opts: ExecStreamOptions, agent: BoxdClient | null): Promise<Prepared> {
     if (!Array.isArray(opts.command) || opts.command.length === 0 || opts.command[0] === '') {
       throw new ExecInputError('command must not be empty');
     }
@@ -200,8 +202,21 @@ export class RuncExec {
     }
     if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) throw new ExecInputError('timeout must be positive', 'timeout');
 
-    const user: ResolvedUser = opts.user !== undefined && opts.user !== '' ? await resolveUser(opts.user, (o) => this.exec(boxId, o)) : { uid: 0, gid: 0, groups: [] };
+    const named = opts.user !== undefined && opts.user !== '';
     const idMap = await this.ctx.idMap(boxId);
+    // boxd (1.1.0 on) resolves a user in the box itself and checks it against the box's id range.
+    let resolves = false;
+    if (agent && named) {
+      try {
+        resolves = await agent.resolvesUsers();
+      } catch (e) {
+        throw await this.ctx.explain(boxId, e);
+      }
+    }
+    if (agent && (!named || resolves)) {
+      return { opts, cwd, env, user: { uid: 0, gid: 0, groups: [] }, idMap, userSpec: named ? opts.user : undefined };
+    }
+    const user: ResolvedUser = named ? await resolveUser(opts.user!, (o) => this.exec(boxId, o)) : { uid: 0, gid: 0, groups: [] };
     if (idMap && [user.uid, user.gid, ...user.groups].some((id) => id >= idMap.size)) {
       throw new ExecInputError(`user ${opts.user} is not an id of the box (0…${idMap.size - 1})`, 'user');
     }
@@ -226,12 +241,13 @@ export class RuncExec {
       stdin: p.opts.stdin === true,
       detach: mode === 'detach',
       timeoutMs: p.opts.timeoutMs ?? 0,
+      user: p.userSpec,
     };
   }
 
   private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode, signal?: AbortSignal): Promise<ExecProcess> {
-    const p = await this.prepare(boxId, opts);
     const agent = await this.ctx.agent(boxId);
+    const p = await this.prepare(boxId, opts, agent);
     if (agent) {
       const proc = agent.exec(this.boxdRequest(p, mode), signal);
       const exited = proc.exited.catch(async (e) => {

@@ -1,7 +1,8 @@
 import os from 'node:os';
-import { PassThrough } from 'node:stream';
-import type { ContainerSpec, ContainerStatus, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, RuntimeDriver } from '../drivers';
-import { BoxNotRunningError, ExecInputError } from '../errors';
+import path from 'node:path';
+import { PassThrough, Readable } from 'node:stream';
+import type { BoxFileInfo, BoxFiles, BoxServices, BoxServiceState, ContainerSpec, ContainerStatus, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, RuntimeDriver } from '../drivers';
+import { BoxFileError, BoxNotRunningError, BoxServiceError, ExecInputError } from '../errors';
 import { WithFaults } from '../mockFaults';
 
 type Method = keyof RuntimeDriver;
@@ -84,6 +85,108 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
     this.fault('remove');
     this.containers.delete(boxId);
     this.environments.delete(boxId);
+    this.boxServices.delete(boxId);
+  }
+
+  private readonly boxServices = new Map<string, Map<string, BoxServiceState>>();
+
+  /**
+   * Services in memory per box: a start runs at once (pid 100 + n), a stop stops. A mock service
+   * "listens" on the `port` of its spec, so a probe of that port passes and any other fails.
+   */
+  async services(boxId: string): Promise<BoxServices> {
+    this.fault('services');
+    if (this.containers.get(boxId) !== 'running') throw new BoxNotRunningError(`box ${boxId} is not running`);
+    let all = this.boxServices.get(boxId);
+    if (!all) this.boxServices.set(boxId, (all = new Map()));
+    const svcs = all;
+    const one = (name: string) => {
+      const s = svcs.get(name);
+      if (!s) throw new BoxServiceError('not_found', `no service "${name}" in the box`, 'name');
+      return s;
+    };
+    const set = (name: string, state: BoxServiceState['state']) => {
+      const s = one(name);
+      s.state = state;
+      s.pid = state === 'running' ? 100 + svcs.size : 0;
+      return { ...s };
+    };
+    return {
+      start: async (spec) => {
+        if (!spec.command.length) throw new BoxServiceError('input', 'command must not be empty', 'command');
+        const replaced = svcs.has(spec.name);
+        svcs.set(spec.name, { name: spec.name, state: 'running', pid: 100 + svcs.size, restarts: 0, lastExitCode: null, spec: { ...spec } });
+        return { service: { ...one(spec.name) }, replaced };
+      },
+      resume: async (name) => set(name, 'running'),
+      restart: async (name) => set(name, 'running'),
+      stop: async (name, opts) => set(name, opts?.fail ? 'failed' : 'stopped'),
+      get: async (name) => ({ ...one(name) }),
+      list: async () => [...svcs.values()].map((s) => ({ ...s })).sort((a, b) => a.name.localeCompare(b.name)),
+      remove: async (name) => void (one(name), svcs.delete(name)),
+      logs: async (name) => (one(name), Readable.from([Buffer.from(`${name} started\n`)])),
+      probe: async (p) => ([...svcs.values()].some((s) => s.state === 'running' && s.spec?.port === p.port) ? { ok: true } : { ok: false, issue: `nothing accepts connections on port ${p.port}` }),
+    };
+  }
+
+  private readonly boxFiles = new Map<string, Map<string, { data: Buffer; mode: number; mtime: string }>>();
+
+  /** Files in memory per box: regular files only, directories implied by their paths. */
+  async files(boxId: string): Promise<BoxFiles> {
+    this.fault('files');
+    if (this.containers.get(boxId) !== 'running') throw new BoxNotRunningError(`box ${boxId} is not running`);
+    let fsOf = this.boxFiles.get(boxId);
+    if (!fsOf) this.boxFiles.set(boxId, (fsOf = new Map()));
+    const files = fsOf;
+    const norm = (p: string) => {
+      if (!p.startsWith('/')) throw new BoxFileError('input', 'path must be absolute');
+      return path.posix.normalize(p).replace(/(.)\/$/, '$1');
+    };
+    const isDir = (p: string) => p === '/' || [...files.keys()].some((k) => k.startsWith(`${p}/`));
+    const info = (p: string): BoxFileInfo => {
+      const f = files.get(p);
+      if (f) return { name: path.posix.basename(p), type: 'file', size: f.data.length, mode: f.mode, mtime: f.mtime, uid: 0, gid: 0 };
+      if (isDir(p)) return { name: path.posix.basename(p) || '/', type: 'dir', size: 0, mode: 0o755, mtime: new Date(0).toISOString(), uid: 0, gid: 0 };
+      throw new BoxFileError('not_found', `${p}: no such file or directory`);
+    };
+    return {
+      stat: async (p) => info(norm(p)),
+      list: async (p) => {
+        const dir = norm(p);
+        if (info(dir).type !== 'dir') throw new BoxFileError('invalid', `${dir}: not a directory`);
+        const prefix = dir === '/' ? '/' : `${dir}/`;
+        const names = [...new Set([...files.keys()].filter((k) => k.startsWith(prefix)).map((k) => k.slice(prefix.length).split('/')[0]))].sort();
+        return { entries: names.map((n) => info(prefix + n)), truncated: false };
+      },
+      read: async (p) => {
+        const i = info(norm(p));
+        if (i.type !== 'file') throw new BoxFileError('invalid', `${p}: is a directory`);
+        return { info: i, data: Readable.from([files.get(norm(p))!.data]) };
+      },
+      write: async (p, data, opts) => {
+        const target = norm(p);
+        if (isDir(target)) throw new BoxFileError('invalid', `${target}: is a directory`);
+        const chunks: Buffer[] = [];
+        for await (const c of data) chunks.push(Buffer.isBuffer(c) ? c : Buffer.from(c));
+        files.set(target, { data: Buffer.concat(chunks), mode: opts.mode ?? 0o644, mtime: new Date().toISOString() });
+        return info(target);
+      },
+      remove: async (p, opts) => {
+        const target = norm(p);
+        const i = info(target);
+        if (i.type === 'dir' && !opts.recursive) throw new BoxFileError('invalid', `${target}: directory not empty`);
+        for (const k of [...files.keys()]) if (k === target || k.startsWith(`${target}/`)) files.delete(k);
+      },
+    };
+  }
+
+  /** Boxes whose agent is made to not answer (tests of the agent watchdog). */
+  readonly wedgedAgents = new Set<string>();
+
+  async probeAgent(boxId: string, _timeoutMs: number): Promise<'ok' | 'none' | 'unresponsive' | 'unknown'> {
+    this.fault('probeAgent');
+    if (this.containers.get(boxId) !== 'running') return 'none';
+    return this.wedgedAgents.has(boxId) ? 'unresponsive' : 'ok';
   }
 
   async update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void> {

@@ -2,8 +2,9 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep } from '../../core/command';
-import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver } from '../drivers';
+import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver, BoxFiles, BoxServices } from '../drivers';
 import { BoxdClient, BoxdUnreachableError } from './boxd/client';
+import { BoxdServices } from './boxd/services';
 import { RuncExec } from './exec';
 import { applyResourceParts, BoxLimits, hostAccountsSwap, resourceParts, runcUpdateArgs } from './limits';
 import { BOX_BOXD, buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
@@ -11,7 +12,7 @@ import { HostPaths } from './reach';
 import { runcLogTail, runDetached } from './runcRun';
 import { BoxNamespaces } from './userns';
 
-import { BoxNotRunningError } from '../errors';
+import { BoxAgentUnavailableError, BoxNeedsRestartError, BoxNotRunningError } from '../errors';
 export { BoxAgentUnavailableError, BoxNotRunningError, ExecInputError } from '../errors';
 export { EXEC_OUTPUT_CAP_BYTES } from './exec';
 
@@ -118,6 +119,65 @@ export class RuncRuntime implements RuntimeDriver {
     }
     if (found || fs.existsSync(path.join(this.bundlePath(boxId), 'config.json'))) this.agents.set(boxId, found);
     return found;
+  }
+
+  /** The box's boxd for a call that needs it (`what`: files, services), and a wrapper that
+   *  explains its failures (a box that stopped meanwhile is 409, not an agent that is down). */
+  private async needAgent(boxId: string, what: string): Promise<{ agent: BoxdClient; explain: <T>(p: Promise<T>) => Promise<T> }> {
+    const agent = await this.agent(boxId);
+    if (!agent) {
+      if ((await this.status(boxId)) !== 'running') throw new BoxNotRunningError('box is not running');
+      throw new BoxNeedsRestartError(`the box was started before its agent (boxd) existed: stop and resume it to use ${what}`);
+    }
+    const explain = async <T>(p: Promise<T>): Promise<T> => {
+      try {
+        return await p;
+      } catch (e) {
+        throw await this.explainAgentError(boxId, e);
+      }
+    };
+    return { agent, explain };
+  }
+
+  async services(boxId: string): Promise<BoxServices> {
+    const { agent, explain } = await this.needAgent(boxId, 'services');
+    const s = new BoxdServices(agent);
+    return {
+      start: (spec) => explain(s.start(spec)),
+      resume: (name) => explain(s.resume(name)),
+      restart: (name) => explain(s.restart(name)),
+      stop: (name, opts) => explain(s.stop(name, opts)),
+      get: (name) => explain(s.get(name)),
+      list: () => explain(s.list()),
+      remove: (name) => explain(s.remove(name)),
+      logs: (name, opts) => explain(s.logs(name, opts)),
+      probe: (p) => explain(s.probe(p)),
+    };
+  }
+
+  async files(boxId: string): Promise<BoxFiles> {
+    const { agent, explain } = await this.needAgent(boxId, 'files');
+    return {
+      stat: (p) => explain(agent.stat(p)),
+      list: (p) => explain(agent.list(p)),
+      read: (p) => explain(agent.read(p)),
+      write: (p, data, opts) => explain(agent.write(p, data, opts)),
+      remove: (p, opts) => explain(agent.remove(p, opts)),
+    };
+  }
+
+  async probeAgent(boxId: string, timeoutMs: number): Promise<'ok' | 'none' | 'unresponsive' | 'unknown'> {
+    if (!(await this.agent(boxId))) return 'none';
+    try {
+      await new BoxdClient(this.boxdSocketPath(boxId), timeoutMs).hello();
+      return 'ok';
+    } catch (e) {
+      if ((await this.status(boxId).catch(() => null)) !== 'running') return 'none';
+      // Only what boxd itself did counts: no answer in time, a broken answer, a socket nobody
+      // listens on. A failure of the node's own (out of descriptors, say) says nothing of it.
+      if (e instanceof BoxdUnreachableError) return ['ECONNREFUSED', 'ENOENT'].includes(e.code) ? 'unresponsive' : 'unknown';
+      return e instanceof BoxAgentUnavailableError ? 'unresponsive' : 'unknown';
+    }
   }
 
   /** A box whose boxd cannot be reached because the box is not running says so (409), not

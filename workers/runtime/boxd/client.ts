@@ -2,7 +2,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { Readable, Writable } from 'node:stream';
 import type { ExecProcess } from '../../drivers';
-import { BoxAgentUnavailableError, BoxFileError, ExecInputError } from '../../errors';
+import { BoxAgentUnavailableError, BoxFileError, BoxServiceError, ExecInputError } from '../../errors';
 import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField } from './protocol';
 
 /** How long boxd has to answer a request (a started, hello or ok frame). */
@@ -37,52 +37,101 @@ export class BoxdClient {
     private readonly answerTimeoutMs = BOXD_ANSWER_TIMEOUT_MS,
   ) {}
 
+  /**
+   * One connection to boxd: `first` sent, every frame boxd sends handed to `onFrame`, and
+   * everything that ends the exchange early (a failure frame, a socket error, a close, a frame
+   * that breaks the protocol) handed to `fail` as the drivers' error.
+   */
+  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void): net.Socket {
+    const sock = net.createConnection(this.socketPath);
+    const decoder = new FrameDecoder();
+    let connected = false;
+    sock.write(first); // queued until connected
+    sock.on('connect', () => (connected = true));
+    sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
+    sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of its answer')));
+    sock.on('data', (chunk: Buffer) => {
+      try {
+        for (const f of decoder.push(chunk)) {
+          if (f.type === Frame.error) return fail(failure(frameJson(f), requestOf(first)));
+          onFrame(f);
+        }
+      } catch (e) {
+        fail(asAgentError(e));
+      }
+    });
+    return sock;
+  }
+
   /** One request whose answer is a single frame (`body`: frames sent after the request). */
-  private request(first: Buffer, want: string, body?: Readable): Promise<DecodedFrame> {
+  request(first: Buffer, want: string, body?: Readable, timeoutMs = this.answerTimeoutMs): Promise<DecodedFrame> {
     return new Promise((resolve, reject) => {
-      const sock = net.createConnection(this.socketPath);
-      const decoder = new FrameDecoder();
-      let connected = false;
-      let timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
+      let timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${timeoutMs} ms`)), timeoutMs);
       const done = (err: Error | null, f?: DecodedFrame) => {
         clearTimeout(timer);
         sock.destroy();
         if (err) reject(err);
         else resolve(f!);
       };
-      sock.write(first); // queued until connected
-      sock.on('connect', () => (connected = true));
+      const sock = this.exchange(first, done, (f) => {
+        if (f.type !== want) throw new BoxdProtocolError(`boxd answered '${f.type}' to a request that wants '${want}'`);
+        done(null, f);
+      });
       if (body) {
         // Streamed as frames; the answer timer runs from the end of the body.
         clearTimeout(timer);
         body.on('error', (e) => done(e));
-        void (async () => {
-          for await (const chunk of body) {
-            const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
-            for (let i = 0; i < b.length; i += MAX_FRAME) {
-              if (sock.destroyed) return;
-              if (!sock.write(encodeFrame(Frame.stdin, b.subarray(i, i + MAX_FRAME)))) await new Promise((r) => sock.once('drain', r).once('close', r));
-            }
+        // Read by hand, not `for await` (which destroys the body when it stops): once boxd has
+        // answered (a failure mid-way: the box is full), the rest of the body is read and
+        // dropped, so an HTTP client still sending gets its answer rather than a reset.
+        const onData = (chunk: Buffer | string) => {
+          if (sock.destroyed) return;
+          const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
+          let ok = true;
+          for (let i = 0; i < b.length; i += MAX_FRAME) ok = sock.write(encodeFrame(Frame.stdin, b.subarray(i, i + MAX_FRAME))) && ok;
+          if (!ok) {
+            body.pause();
+            void drained(sock).then(() => body.resume());
           }
+        };
+        body.on('data', onData);
+        body.once('end', () => {
           if (sock.destroyed) return;
           sock.write(encodeFrame(Frame.stdinEof));
-          timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
-        })().catch((e) => done(e));
+          timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${timeoutMs} ms`)), timeoutMs);
+        });
+        sock.once('close', () => body.resume());
       }
-      sock.on('error', (e: NodeJS.ErrnoException) => done(connectionError(connected, e)));
-      sock.on('close', () => done(new BoxAgentUnavailableError('boxd closed the connection without an answer')));
-      sock.on('data', (chunk: Buffer) => {
-        try {
-          const [f] = decoder.push(chunk);
-          if (!f) return;
-          if (f.type === Frame.error) return done(failure(frameJson(f)));
-          if (f.type !== want) throw new BoxdProtocolError(`boxd answered '${f.type}' to a request that wants '${want}'`);
-          done(null, f);
-        } catch (e) {
-          done(asAgentError(e));
-        }
-      });
     });
+  }
+
+  /** The answer timeout of this client (what a call waits for boxd beyond its own work). */
+  get timeoutMs(): number {
+    return this.answerTimeoutMs;
+  }
+
+  private helloOnce?: Promise<BoxdHello>;
+
+  /** boxd's hello, asked once per client (a box's boxd keeps its version until the box
+   *  restarts, when the runtime makes a new client). */
+  knownHello(): Promise<BoxdHello> {
+    this.helloOnce ??= this.hello().catch((e) => {
+      this.helloOnce = undefined;
+      throw e;
+    });
+    return this.helloOnce;
+  }
+
+  /** Whether this boxd resolves exec users itself (1.1.0 on: an older one ignores the field
+   *  and would run the command as root). */
+  async resolvesUsers(): Promise<boolean> {
+    return this.atLeast(1, 1);
+  }
+
+  /** Whether this boxd is at least `major.minor` (its hello's version). */
+  async atLeast(major: number, minor: number): Promise<boolean> {
+    const [ma, mi] = (await this.knownHello()).version.split('.').map((n) => Number(n));
+    return ma > major || (ma === major && mi >= minor);
   }
 
   async hello(): Promise<BoxdHello> {
@@ -133,48 +182,76 @@ export class BoxdClient {
 
   /** Reads a file: its info once boxd has opened it, then its bytes streamed (back-pressure:
    *  boxd reads on only as fast as `data` is consumed). */
-  read(path: string): Promise<{ info: BoxFileInfo; data: Readable }> {
+  async read(path: string): Promise<{ info: BoxFileInfo; data: Readable }> {
+    const { head, data } = await this.openStream(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }), fileInfo);
+    return { info: head, data };
+  }
+
+  /**
+   * A request answered by a head frame (`answer`, parsed by `parseHead`), then data frames until
+   * an end frame; `data` has back-pressure (boxd sends on only as fast as it is consumed), and
+   * destroying it ends the exchange (how a follow stops).
+   */
+  openStream<T>(first: Buffer, parseHead: (o: Record<string, unknown>) => T): Promise<{ head: T; data: Readable }> {
     return new Promise((resolve, reject) => {
-      const sock = net.createConnection(this.socketPath);
-      const decoder = new FrameDecoder();
-      let connected = false;
-      let info: BoxFileInfo | null = null;
+      let head: { value: T } | null = null;
       let ended = false;
-      const data = new Readable({ read: () => sock.resume() });
+      const data = new Readable({
+        highWaterMark: 1 << 20,
+        read: () => sock.resume(),
+        destroy: (err, cb) => {
+          ended = true;
+          sock.destroy();
+          cb(err);
+        },
+      });
       const timer = setTimeout(() => fail(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
       const fail = (e: Error) => {
         clearTimeout(timer);
         if (ended) return;
         ended = true;
         sock.destroy();
-        if (info) data.destroy(e);
+        if (head) data.destroy(e);
         else reject(e);
       };
-      sock.write(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }));
-      sock.on('connect', () => (connected = true));
-      sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
-      sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of the file')));
-      sock.on('data', (chunk: Buffer) => {
-        try {
-          for (const f of decoder.push(chunk)) {
-            if (ended) return;
-            if (f.type === Frame.error) return fail(failure(frameJson(f)));
-            if (!info) {
-              if (f.type !== Frame.answer) throw new BoxdProtocolError(`boxd answered '${f.type}' to a read`);
-              clearTimeout(timer);
-              info = fileInfo(frameJson(f));
-              resolve({ info, data });
-            } else if (f.type === Frame.data) {
-              if (!data.push(Buffer.from(f.payload))) sock.pause();
-            } else if (f.type === Frame.end) {
-              ended = true;
-              data.push(null);
-              sock.destroy();
-            } else throw new BoxdProtocolError(`boxd sent '${f.type}' during a read`);
-          }
-        } catch (e) {
-          fail(asAgentError(e));
-        }
+      const sock = this.exchange(first, fail, (f) => {
+        if (ended) return;
+        if (!head) {
+          if (f.type !== Frame.answer) throw new BoxdProtocolError(`boxd answered '${f.type}' where an answer frame belongs`);
+          clearTimeout(timer);
+          head = { value: parseHead(frameJson(f)) };
+          resolve({ head: head.value, data });
+        } else if (f.type === Frame.data) {
+          if (!data.push(f.payload)) sock.pause();
+        } else if (f.type === Frame.end) {
+          ended = true;
+          data.push(null);
+          sock.destroy();
+        } else throw new BoxdProtocolError(`boxd sent '${f.type}' in a stream`);
+      });
+    });
+  }
+
+  /** A request answered by answer frames until an end frame (at most `max` of them). */
+  async requestMany(first: Buffer, max: number): Promise<Record<string, unknown>[]> {
+    return new Promise((resolve, reject) => {
+      const out: Record<string, unknown>[] = [];
+      let finished = false;
+      const timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
+      const done = (err: Error | null) => {
+        clearTimeout(timer);
+        if (finished) return;
+        finished = true;
+        sock.destroy();
+        if (err) reject(err);
+        else resolve(out);
+      };
+      const sock = this.exchange(first, done, (f) => {
+        if (finished) return;
+        if (f.type === Frame.end) return done(null);
+        if (f.type !== Frame.answer) throw new BoxdProtocolError(`boxd sent '${f.type}' in a list`);
+        if (out.length >= max) throw new BoxdProtocolError(`boxd sent more than ${max} answers`);
+        out.push(frameJson(f));
       });
     });
   }
@@ -285,7 +362,7 @@ export class BoxdClient {
           return;
         case Frame.stdout:
         case Frame.stderr:
-          if (!(f.type === Frame.stdout ? stdout : stderr).push(Buffer.from(f.payload))) sock.pause();
+          if (!(f.type === Frame.stdout ? stdout : stderr).push(f.payload)) sock.pause();
           return;
         case Frame.exit: {
           const o = frameJson(f);
@@ -299,7 +376,7 @@ export class BoxdClient {
           acked(intField(frameJson(f), 'n', 0, MAX_FRAME));
           return;
         case Frame.error:
-          fail(failure(frameJson(f)));
+          fail(failure(frameJson(f), requestOf(first)));
           return;
         default:
           throw new BoxdProtocolError(`boxd sent '${f.type}' during an exec`);
@@ -343,6 +420,19 @@ export class BoxdClient {
   }
 }
 
+/** Resolves when the socket takes more writes, or closes (its listeners gone either way). */
+function drained(sock: net.Socket): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      sock.off('drain', done);
+      sock.off('close', done);
+      resolve();
+    };
+    sock.on('drain', done);
+    sock.on('close', done);
+  });
+}
+
 /** A socket error: before the connection was made boxd is unreachable (the box may not run);
  *  after, the agent failed mid-way. */
 function connectionError(connected: boolean, e: NodeJS.ErrnoException): Error {
@@ -356,23 +446,34 @@ function asAgentError(e: unknown): Error {
 }
 
 /** A failure frame as the error the drivers share. */
-function failure(o: Record<string, unknown>): Error {
+/** The request a connection's first frame names. */
+function requestOf(first: Buffer): string {
+  return String.fromCharCode(first[0]);
+}
+
+function failure(o: Record<string, unknown>, request: string): Error {
   const message = textField(o, 'message');
+  const service = request === Frame.service;
+  const execField = ['command', 'cwd', 'env', 'user', 'timeout'].includes(String(o.field)) ? (o.field as ExecInputError['field']) : null;
   switch (o.kind) {
     case 'cwd':
       return new ExecInputError(message || 'the working directory cannot be entered', 'cwd');
     case 'not_found':
+      if (service) return new BoxServiceError('not_found', message || 'no such service', 'name');
+      return new BoxFileError(o.kind, message || String(o.kind));
     case 'exists':
     case 'permission':
     case 'invalid':
     case 'no_space':
       return new BoxFileError(o.kind, message || String(o.kind));
-    case 'input': {
+    case 'conflict':
+      if (service) return new BoxServiceError('conflict', message || 'conflict', textField(o, 'field', 64));
+      break;
+    case 'input':
       if (o.field === 'path' || o.field === 'mode') return new BoxFileError('input', message || 'invalid file request');
-      const field = ['command', 'cwd', 'env', 'user', 'timeout'].includes(String(o.field)) ? (o.field as 'command') : 'command';
-      return new ExecInputError(message || 'invalid exec request', field);
-    }
-    default:
-      return new BoxAgentUnavailableError(`boxd could not serve the request: ${message || String(o.kind)}`);
+      // A service's user, cwd and command fail as an exec's would; its other fields are its own.
+      if (service && !execField) return new BoxServiceError('input', message || 'invalid service request', textField(o, 'field', 64));
+      return new ExecInputError(message || 'invalid exec request', execField ?? 'command');
   }
+  return new BoxAgentUnavailableError(`boxd could not serve the request: ${message || String(o.kind)}`);
 }

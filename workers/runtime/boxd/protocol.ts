@@ -26,6 +26,7 @@ export const Frame = {
   remove: 'D',
   mkdir: 'M',
   chmod: 'C',
+  service: 'U',
   // node → boxd during an exec
   stdin: 'i',
   stdinEof: 'c',
@@ -71,26 +72,41 @@ export function encodeFrame(type: string, payload: Buffer | string | object = Bu
 /** Splits what boxd sends into frames; throws BoxdProtocolError on a frame it may not send or
  *  a length past MAX_FRAME (before buffering it). */
 export class FrameDecoder {
-  private buf: Buffer = Buffer.alloc(0);
+  /** What arrived and is not a whole frame yet, in the chunks it came in (joined only once a
+   *  frame is complete: a 1 MiB frame in 64 KiB chunks is copied once, not 16 times). */
+  private parts: Buffer[] = [];
+  private size = 0;
 
   push(chunk: Buffer): DecodedFrame[] {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    this.parts.push(chunk);
+    this.size += chunk.length;
     const out: DecodedFrame[] = [];
-    while (this.buf.length >= HEADER) {
-      const type = String.fromCharCode(this.buf[0]);
-      if (!FROM_BOXD.has(type)) throw new BoxdProtocolError(`boxd sent an unknown frame type 0x${this.buf[0].toString(16)}`);
-      const len = this.buf.readUInt32BE(1);
+    while (this.size >= HEADER) {
+      if (this.parts[0].length < HEADER) this.join();
+      const head = this.parts[0];
+      const type = String.fromCharCode(head[0]);
+      if (!FROM_BOXD.has(type)) throw new BoxdProtocolError(`boxd sent an unknown frame type 0x${head[0].toString(16)}`);
+      const len = head.readUInt32BE(1);
       if (len > MAX_FRAME) throw new BoxdProtocolError(`boxd sent a frame of ${len} bytes (at most ${MAX_FRAME})`);
-      if (this.buf.length < HEADER + len) break;
-      out.push({ type, payload: this.buf.subarray(HEADER, HEADER + len) });
-      this.buf = this.buf.subarray(HEADER + len);
+      if (this.size < HEADER + len) break;
+      if (this.parts[0].length < HEADER + len) this.join();
+      const buf = this.parts[0];
+      out.push({ type, payload: buf.subarray(HEADER, HEADER + len) });
+      const rest = buf.subarray(HEADER + len);
+      this.size -= HEADER + len;
+      if (rest.length) this.parts[0] = rest;
+      else this.parts.shift();
     }
     return out;
   }
 
+  private join(): void {
+    this.parts = [Buffer.concat(this.parts)];
+  }
+
   /** Bytes of a frame begun but not complete. */
   get pending(): number {
-    return this.buf.length;
+    return this.size;
   }
 }
 
@@ -136,19 +152,13 @@ export interface BoxdExecRequest {
   stdin: boolean;
   detach: boolean;
   timeoutMs: number;
+  /** A user to resolve in the box (NAME, NAME:GROUP, UID, UID:GID): replaces uid, gid, groups. */
+  user?: string;
 }
 
 /** What boxd tells of a file (paths and ids are the box's own). */
-export interface BoxFileInfo {
-  name: string;
-  type: 'file' | 'dir' | 'symlink' | 'other';
-  size: number;
-  mode: number;
-  mtime: string;
-  uid: number;
-  gid: number;
-  target?: string;
-}
+export type { BoxFileInfo } from '../../drivers';
+import type { BoxFileInfo } from '../../drivers';
 
 /** A file answer, checked field by field. */
 export function fileInfo(o: Record<string, unknown>): BoxFileInfo {

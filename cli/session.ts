@@ -1,0 +1,108 @@
+import WebSocket from 'ws';
+import { Channel, parseWsFrame, WS_SUBPROTOCOL, wsFrame, wsJson } from '../core/wsChannel';
+import { ApiError, ConnectionError, type Client } from './client';
+
+/**
+ * A WebSocket session of the api (exec/ws, console) from the CLI: the token in the header
+ * (the CLI can set headers; tickets are for browsers), refusals read as the api's errors.
+ */
+export interface CliSession {
+  ws: WebSocket;
+  /** Calls for each stdout/stderr chunk, then resolves with the exit code. */
+  run(handlers: { stdout(b: Buffer): void; stderr(b: Buffer): void }): Promise<number>;
+  stdin(b: Buffer): void;
+  endStdin(): void;
+  resize(cols: number, rows: number): void;
+  signal(sig: string): void;
+}
+
+export function openSession(client: Client, path: string, query: URLSearchParams): Promise<CliSession> {
+  const url = new URL(client.endpoint.url + path);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.search = query.toString();
+  const headers: Record<string, string> = client.endpoint.token ? { authorization: `Bearer ${client.endpoint.token}` } : {};
+  const ws = new WebSocket(url, WS_SUBPROTOCOL, { headers });
+  return new Promise((resolve, reject) => {
+    ws.on('unexpected-response', (_req, res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => {
+        let body: any;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = undefined;
+        }
+        const e = body?.error;
+        reject(new ApiError(res.statusCode ?? 0, String(e?.code ?? 'unknown'), e?.message ?? `HTTP ${res.statusCode}`, Array.isArray(e?.details) ? e.details : []));
+      });
+    });
+    ws.on('error', (e) => reject(new ConnectionError(client.endpoint, e)));
+    ws.on('open', () => {
+      const send = (b: Buffer) => ws.readyState === ws.OPEN && ws.send(b);
+      // Listened to from the first moment: the box's first output (a shell's prompt) may come in
+      // the same packet as the handshake, before the caller has called run(). Kept until then.
+      const early: Buffer[] = [];
+      let onFrame: ((data: Buffer) => void) | null = null;
+      ws.on('message', (data: Buffer) => (onFrame ? onFrame(data) : early.push(data)));
+      resolve({
+        ws,
+        run: (h) =>
+          new Promise((done, fail) => {
+            let code: number | null = null;
+            onFrame = (data: Buffer) => {
+              const f = parseWsFrame(data);
+              if (!f) return;
+              if (f.channel === Channel.stdout) h.stdout(f.payload);
+              else if (f.channel === Channel.stderr) h.stderr(f.payload);
+              else if (f.channel === Channel.status) {
+                const o = wsJson(f.payload);
+                if (typeof o?.error === 'string') return fail(new ApiError(503, 'unavailable', o.error));
+                code = Number(o?.exit_code ?? 1);
+              }
+            };
+            for (const b of early.splice(0)) onFrame(b);
+            const closed = () => (code === null ? fail(new ApiError(503, 'unavailable', 'the session ended without its exit code')) : done(code));
+            if (ws.readyState === ws.CLOSED) closed();
+            else ws.on('close', closed);
+          }),
+        stdin: (b) => send(wsFrame(Channel.stdin, b)),
+        endStdin: () => send(Buffer.from([Channel.close, Channel.stdin])),
+        resize: (cols, rows) => send(wsFrame(Channel.resize, { cols, rows })),
+        signal: (sig) => send(wsFrame(Channel.signal, { signal: sig })),
+      });
+    });
+  });
+}
+
+/**
+ * Runs a session attached to this terminal: raw mode when `tty` (every key goes to the box,
+ * ^C included), the size sent at the start and on every SIGWINCH, stdin relayed (its end sent
+ * as EOF), and answers the remote exit code.
+ */
+export async function attach(session: CliSession, tty: boolean): Promise<number> {
+  const stdin = process.stdin;
+  const rawWas = stdin.isTTY ? stdin.isRaw : false;
+  const resize = () => {
+    if (process.stdout.isTTY) session.resize(process.stdout.columns, process.stdout.rows);
+  };
+  if (tty && stdin.isTTY) stdin.setRawMode(true);
+  if (tty) {
+    resize();
+    process.on('SIGWINCH', resize);
+  }
+  const onData = (b: Buffer) => session.stdin(b);
+  const onEnd = () => session.endStdin();
+  stdin.on('data', onData);
+  stdin.on('end', onEnd);
+  stdin.resume();
+  try {
+    return await session.run({ stdout: (b) => process.stdout.write(b), stderr: (b) => process.stderr.write(b) });
+  } finally {
+    stdin.off('data', onData);
+    stdin.off('end', onEnd);
+    stdin.pause();
+    process.off('SIGWINCH', resize);
+    if (tty && stdin.isTTY) stdin.setRawMode(rawWas);
+  }
+}

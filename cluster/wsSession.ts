@@ -1,0 +1,184 @@
+import { PassThrough, Writable } from 'node:stream';
+import type WebSocket from 'ws';
+import { Channel, parseWsFrame, signalName, wsFrame, wsJson } from '../core/wsChannel';
+import type { ExecSession } from './types';
+
+/** Output not yet taken by a slow peer, past which the process's output is paused. */
+const HIGH_WATER = 1 << 20;
+/**
+ * What may wait in memory beyond that, either way, before the session is ended (1008): ws 7
+ * resumes a paused socket by itself after large chunks, so pausing bounds the flow only
+ * roughly, and this is the hard bound.
+ */
+const HARD_LIMIT = 16 << 20;
+/** A peer that answers no ping for this long is gone (a laptop closed, a NAT that forgot). */
+const PING_MS = 30_000;
+
+/** The socket under a `ws` WebSocket (ws 7 has no pause of its own). */
+const rawSocket = (ws: WebSocket) => (ws as unknown as { _socket?: { pause(): void; resume(): void } })._socket;
+
+/**
+ * Relays a session over a WebSocket in the `boxhost.v1.channel` framing (core/wsChannel.ts):
+ * what the api does for its client, and a node agent for the api. Back-pressure both ways: the
+ * process's output pauses while more than HIGH_WATER bytes wait for the peer, and the socket
+ * stops being read while the process does not take its stdin. The peer closing ends the
+ * process; the process ending sends its status and closes.
+ */
+export function bridgeSession(ws: WebSocket, session: ExecSession): void {
+  let pending = 0;
+  let closed = false;
+  const outputs = [session.stdout, session.stderr];
+  const sent = (n: number) => () => {
+    pending -= n;
+    if (pending <= HIGH_WATER) for (const s of outputs) s.resume();
+  };
+  const relay = (stream: NodeJS.ReadableStream, channel: number) => {
+    stream.on('data', (d: Buffer) => {
+      if (closed) return;
+      pending += d.length;
+      ws.send(wsFrame(channel, d), sent(d.length));
+      if (pending > HIGH_WATER) for (const s of outputs) s.pause();
+    });
+  };
+  relay(session.stdout, Channel.stdout);
+  relay(session.stderr, Channel.stderr);
+  const ended = Promise.all(outputs.map((s) => new Promise<void>((r) => (s.readableEnded ? r() : s.once('end', r).once('close', r)))));
+
+  let waitingDrain = false;
+  ws.on('message', (data: Buffer) => {
+    const f = parseWsFrame(data);
+    if (!f) return;
+    switch (f.channel) {
+      case Channel.stdin:
+        if (!session.stdin.writableEnded && !session.stdin.write(f.payload) && !waitingDrain) {
+          waitingDrain = true;
+          rawSocket(ws)?.pause();
+          session.stdin.once('drain', () => {
+            waitingDrain = false;
+            rawSocket(ws)?.resume();
+          });
+        }
+        return;
+      case Channel.close:
+        if (f.payload[0] === Channel.stdin) session.stdin.end();
+        return;
+      case Channel.resize: {
+        const o = wsJson(f.payload);
+        const cols = Number(o?.cols);
+        const rows = Number(o?.rows);
+        if ([cols, rows].every((n) => Number.isInteger(n) && n > 0 && n <= 0xffff)) session.resize(cols, rows);
+        return;
+      }
+      case Channel.signal: {
+        const sig = signalName(wsJson(f.payload)?.signal);
+        if (sig) session.signal(sig);
+        return;
+      }
+    }
+  });
+  session.stdin.on('error', () => undefined);
+  // The stdin the process does not take is bounded.
+  const overflow = setInterval(() => {
+    if (session.stdin.writableLength > HARD_LIMIT) ws.close(1008, 'stdin not taken');
+  }, 250);
+  const ping = keepAlive(ws);
+  ws.on('close', () => {
+    closed = true;
+    clearInterval(overflow);
+    clearInterval(ping);
+    session.close();
+  });
+  ws.on('error', () => undefined);
+  session.exited.then(
+    async ({ exitCode }) => {
+      await ended;
+      if (closed) return;
+      ws.send(wsFrame(Channel.status, { exit_code: exitCode }), () => ws.close(1000));
+    },
+    (e: Error) => {
+      if (closed) return;
+      ws.send(wsFrame(Channel.status, { exit_code: -1, error: e.message }), () => ws.close(1011, 'session failed'));
+    },
+  );
+}
+
+/**
+ * The other side: a session relayed by `bridgeSession` over `ws`, as an ExecSession (the api's
+ * view of a session on a node reached through its agent).
+ */
+export function sessionOverWs(ws: WebSocket): ExecSession {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let settle!: { resolve: (v: { exitCode: number }) => void; reject: (e: Error) => void };
+  const exited = new Promise<{ exitCode: number }>((resolve, reject) => (settle = { resolve, reject }));
+  exited.catch(() => undefined);
+  let done = false;
+  const finish = (err: Error | null, code = -1) => {
+    if (done) return;
+    done = true;
+    stdout.end();
+    stderr.end();
+    if (err) settle.reject(err);
+    else settle.resolve({ exitCode: code });
+  };
+  const resumeSocket = () => rawSocket(ws)?.resume();
+  stdout.on('drain', resumeSocket);
+  stderr.on('drain', resumeSocket);
+  ws.on('message', (data: Buffer) => {
+    const f = parseWsFrame(data);
+    if (!f) return;
+    if (f.channel === Channel.stdout || f.channel === Channel.stderr) {
+      const out = f.channel === Channel.stdout ? stdout : stderr;
+      if (out.writableLength > HARD_LIMIT) return void ws.close(1008, 'output not taken');
+      if (!out.write(f.payload)) rawSocket(ws)?.pause();
+    } else if (f.channel === Channel.status) {
+      const o = wsJson(f.payload);
+      const code = Number(o?.exit_code);
+      if (typeof o?.error === 'string') finish(new Error(String(o.error).slice(0, 500)));
+      else finish(null, Number.isInteger(code) && code >= -1 && code <= 255 ? code : -1);
+    }
+  });
+  const ping = keepAlive(ws);
+  ws.on('close', () => {
+    clearInterval(ping);
+    finish(new Error('the node closed the session without its status'));
+  });
+  ws.on('error', () => undefined);
+  const send = (b: Buffer, cb?: (e?: Error) => void) => {
+    if (ws.readyState === ws.OPEN) ws.send(b, cb);
+    else cb?.();
+  };
+  const stdin = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      // Acknowledged by the socket's own write: a slow node slows the writer.
+      send(wsFrame(Channel.stdin, chunk), () => cb());
+    },
+    final(cb) {
+      send(Buffer.from([Channel.close, Channel.stdin]), () => cb());
+    },
+  });
+  return {
+    stdin,
+    stdout,
+    stderr,
+    resize: (cols, rows) => send(wsFrame(Channel.resize, { cols, rows })),
+    signal: (sig) => send(wsFrame(Channel.signal, { signal: sig })),
+    close: () => {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(1000);
+    },
+    exited,
+  };
+}
+
+/** Pings the peer every PING_MS; one that has not answered the last ping is cut off. */
+function keepAlive(ws: WebSocket): NodeJS.Timeout {
+  let alive = true;
+  ws.on('pong', () => (alive = true));
+  const timer = setInterval(() => {
+    if (!alive) return ws.terminate();
+    alive = false;
+    if (ws.readyState === ws.OPEN) ws.ping();
+  }, PING_MS);
+  timer.unref();
+  return timer;
+}

@@ -1,0 +1,23 @@
+import type { Config } from '../core/config';
+import type { Publish } from '../core/apiTypes';
+import type { PublishRow } from '../db/repos/publishes';
+import { idpConfigured } from './authSettings';
+
+/** How publishes are shown (the Publish record, its host and url, a box's url_settings). */
+
+/** Said on a publish asked non-public when no identity provider is configured (spec, Auth 4). */
+export const PUBLIC_FALLBACK_WARNING = 'no auth provider is configured: this publish is public (anyone who knows its URL reaches it); configure BOXHOST_OIDC_* to require sign-in or a token';
+
+export const publishHost = (config: Config, name: string, box: string, project: string) => `${name}--${box}--${project}.${config.publishDomain}`;
+
+export const publishUrl = (config: Config, host: string) => `http://${host}${config.proxyPort === 80 ? '' : `:${config.proxyPort}`}`;
+
+export function toPublish(config: Config, r: PublishRow): Publish {
+  const out: Publish = { name: r.name, host: r.host, port: r.port, public: Boolean(r.public), url: publishUrl(config, r.host) };
+  if (r.warning) out.warning = r.warning;
+  return out;
+}
+
+/** `url_settings.auth` of a box: how its non-public publishes are guarded (docs/services.md). */
+export const urlSettings = (config: Config) => ({ auth: idpConfigured(config) ? 'bearer' : 'none' });
+

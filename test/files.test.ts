@@ -1,0 +1,241 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import t from 'tap';
+import { HttpNodeClient } from '../cluster/httpClient';
+import { BoxhostError } from '../core/errors';
+import { createLogger } from '../core/logger';
+import { LocalNode } from '../workers/agent/localNode';
+import { startAgent } from '../workers/agent/server';
+import { createMockDrivers } from '../workers/mockDrivers';
+import type { ContainerSpec } from '../workers/drivers';
+import { startTestHost, TestHost } from './helpers/host';
+
+/**
+ * The files API (DESIGN.md §4 "Files", docs/files.md): through a node's agent over HTTP (mock
+ * drivers behind it: the transport), and on a real host end to end: round trips byte for byte,
+ * every error's status, links that point out of the box (absolute, relative, swapped during the
+ * calls) never reaching a host file, a full box leaving nothing behind, and the API's memory
+ * flat while 1 GiB streams each way.
+ */
+
+const failure = async (p: Promise<unknown>): Promise<BoxhostError> => {
+  try {
+    await p;
+  } catch (e) {
+    return e as BoxhostError;
+  }
+  throw new Error('expected a failure');
+};
+
+t.test('through the node agent: HttpNodeClient ↔ LocalNode, streams and errors', async (t) => {
+  const drivers = createMockDrivers();
+  await drivers.runtime.start({ boxId: 'bx1', hostname: 'bx1', rootfs: '/nonexistent', netnsPath: '', cpus: 1, ramMb: 64, environment: {}, mounts: [] } as ContainerSpec);
+  const local = new LocalNode('n1', drivers.runtime, drivers.storage);
+  const secret = crypto.randomBytes(16).toString('hex');
+  const agent = await startAgent({ node: local, secret, host: '127.0.0.1', port: 0, log: createLogger('silent'), holdsBox: async (id) => id === 'bx1' || id === 'bx2' });
+  t.teardown(() => agent.close());
+  const c = new HttpNodeClient('n1', agent.url, secret);
+
+  const data = crypto.randomBytes(3 * 1024 * 1024 + 17);
+  const st = await c.fileWrite('bx1', '/srv/app/blob.bin', Readable.from([data.subarray(0, 1000), data.subarray(1000)]), 0o600);
+  t.same({ ...st, mtime: 'x' }, { name: 'blob.bin', path: '/srv/app/blob.bin', type: 'file', size: data.length, mode: '0600', mtime: 'x' }, 'the write answers the stat');
+  const { stat, data: body } = await c.fileRead('bx1', '/srv/app/blob.bin');
+  t.equal(stat.size, data.length, 'the read carries the stat');
+  const chunks: Buffer[] = [];
+  for await (const b of body) chunks.push(b as Buffer);
+  t.ok(Buffer.concat(chunks).equals(data), '3 MiB round trip, byte for byte');
+  t.same((await c.fileList('bx1', '/srv')).entries.map((e) => [e.name, e.path, e.type]), [['app', '/srv/app', 'dir']], 'list: names and full paths');
+  t.equal((await c.fileStat('bx1', '/srv/app')).type, 'dir');
+
+  t.equal((await failure(c.fileRead('bx1', '/nope'))).code, 'not_found', 'a missing file: not_found');
+  t.equal((await failure(c.fileStat('bx1', '/nope'))).code, 'not_found');
+  t.equal((await failure(c.fileRead('bx1', '/srv'))).code, 'invalid_argument', 'a directory where a file is wanted: invalid_argument');
+  t.equal((await failure(c.fileDelete('bx1', '/srv', false))).code, 'invalid_argument', 'a directory that is not empty, without recursive');
+  await c.fileDelete('bx1', '/srv', true);
+  t.equal((await failure(c.fileStat('bx1', '/srv/app/blob.bin'))).code, 'not_found', 'recursive delete');
+  t.equal((await failure(c.fileStat('bx2', '/'))).code, 'conflict', 'a box that is not running: conflict');
+  t.equal((await failure(c.fileStat('other', '/'))).code, 'not_found', "another node's box: not_found");
+  t.equal((await failure(c.fileStat('bx1', 'relative'))).code, 'invalid_argument', 'a relative path: invalid_argument');
+});
+
+/** Streams `total` bytes of a repeated pattern as an upload, hashing what it sent. */
+function upload(url: string, token: string, total: number): Promise<{ status: number; body: any; sha: string }> {
+  const hash = crypto.createHash('sha256');
+  const block = crypto.randomBytes(1 << 20);
+  let sent = 0;
+  const src = new Readable({
+    read() {
+      if (sent >= total) return void this.push(null);
+      const b = block.subarray(0, Math.min(block.length, total - sent));
+      sent += b.length;
+      hash.update(b);
+      this.push(b);
+    },
+  });
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'PUT', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined, sha: hash.digest('hex') });
+      });
+    });
+    req.on('error', reject);
+    src.pipe(req);
+  });
+}
+
+/** Downloads, hashing and counting without keeping the bytes. */
+async function download(url: string, token: string): Promise<{ status: number; bytes: number; sha: string }> {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+  const hash = crypto.createHash('sha256');
+  let bytes = 0;
+  for await (const c of res.body as unknown as AsyncIterable<Uint8Array>) {
+    bytes += c.length;
+    hash.update(c);
+  }
+  return { status: res.status, bytes, sha: hash.digest('hex') };
+}
+
+/** The highest RSS of this process (the api runs in it) while `f` runs, above what it was. */
+async function rssGrowth<T>(f: () => Promise<T>): Promise<{ out: T; mib: number }> {
+  global.gc?.();
+  const base = process.memoryUsage.rss();
+  let peak = base;
+  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 50);
+  try {
+    const out = await f();
+    return { out, mib: (peak - base) / (1 << 20) };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+t.test('on a real host', async (t) => {
+  const host: TestHost = await startTestHost(t);
+  const P = '/v1/projects/files/boxes';
+  for (const [name, gb] of [['f', 2], ['small', 1]] as const) {
+    t.equal((await host.call('POST', `${P}?wait=120`, { body: { name, config: { storage_gb: gb } } })).body.status, 'running', `box ${name} runs`);
+  }
+  const F = `${P}/f/files`;
+  const q = (p: string) => `path=${encodeURIComponent(p)}`;
+  const sh = async (box: string, script: string) => (await host.call('POST', `${P}/${box}/exec`, { body: { command: ['sh', '-c', script] } })).body;
+
+  t.test('a 10 MiB random file round-trips byte for byte; stat, list, mode, delete', async (t) => {
+    const data = crypto.randomBytes(10 * 1024 * 1024);
+    const put = await host.call('PUT', `${F}?${q('/data/in/blob.bin')}&mode=0640`, { raw: data, contentType: 'application/octet-stream' });
+    t.equal(put.status, 200, 'PUT 200');
+    t.same({ ...put.body, mtime: 'x' }, { name: 'blob.bin', path: '/data/in/blob.bin', type: 'file', size: data.length, mode: '0640', mtime: 'x' }, 'answers the stat (parents made)');
+    t.match(put.body.mtime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'mtime is RFC 3339 with milliseconds');
+    const got = await download(`${host.url}${F}?${q('/data/in/blob.bin')}`, host.adminToken);
+    t.equal(got.status, 200);
+    t.equal(got.sha, crypto.createHash('sha256').update(data).digest('hex'), 'sha256 equal');
+    t.equal((await sh('f', 'sha256sum /data/in/blob.bin')).stdout.split(' ')[0], got.sha, 'the box sees the same bytes');
+    t.equal((await sh('f', 'stat -c %a /data/in/blob.bin')).stdout.trim(), '640', 'with its mode');
+    const setuid = await host.call('PUT', `${F}?${q('/data/in/tool')}&mode=4755`, { raw: Buffer.from('#!/bin/sh\n'), contentType: 'application/octet-stream' });
+    t.equal(setuid.body.mode, '4755', 'four digits: setuid kept in the mode (the root is nosuid: it grants nothing)');
+    await sh('f', 'ln -s blob.bin /data/in/link');
+    const list = await host.call('GET', `${F}/list?${q('/data/in')}`);
+    t.same(list.body.entries.map((e: any) => [e.name, e.path, e.type, e.target]), [
+      ['blob.bin', '/data/in/blob.bin', 'file', undefined],
+      ['link', '/data/in/link', 'symlink', 'blob.bin'],
+      ['tool', '/data/in/tool', 'file', undefined],
+    ], 'list: every entry, links told with their target');
+    t.equal(list.body.truncated, false);
+    t.equal((await host.call('GET', `${F}/stat?${q('/data/in/link')}`)).body.type, 'symlink', 'stat does not follow a link');
+    t.equal((await host.call('DELETE', `${F}?${q('/data/in')}`)).status, 400, 'a directory that is not empty, without recursive: 400');
+    t.equal((await host.call('DELETE', `${F}?${q('/data/in')}&recursive=true`)).status, 204, 'recursive: 204');
+    t.equal((await host.call('GET', `${F}/stat?${q('/data/in')}`)).status, 404, 'gone');
+  });
+
+  t.test('errors: each with its status and the error body', async (t) => {
+    const cases: Array<[string, string, string, number]> = [
+      ['GET', F, `${q('/etc/nope')}`, 404],
+      ['GET', `${F}/stat`, `${q('/etc/nope')}`, 404],
+      ['GET', `${F}/list`, `${q('/etc/hostname')}`, 400],
+      ['GET', F, `${q('/etc')}`, 400],
+      ['GET', F, 'path=etc/hostname', 400],
+      ['GET', F, '', 400],
+      ['PUT', F, `${q('/etc')}`, 400],
+      ['PUT', F, `${q('/etc/hostname/x')}`, 400],
+      ['PUT', F, `${q('/tmp/x')}&mode=0999`, 400],
+      ['DELETE', F, `${q('/')}`, 400],
+      ['GET', `${P}/ghost/files`, `${q('/etc/hostname')}`, 404],
+    ];
+    for (const [method, base, query, status] of cases) {
+      const r = await host.call(method, `${base}?${query}`, method === 'PUT' ? { raw: Buffer.from('x'), contentType: 'application/octet-stream' } : {});
+      t.equal(r.status, status, `${method} ${base.slice(P.length)}?${decodeURIComponent(query)}: ${status}`);
+      t.ok(typeof r.body?.error?.code === 'string' && Array.isArray(r.body.error.details), 'the error body');
+      t.notMatch(r.text, /\/var\/tmp|\/run\/boxhost|bh-test/, 'no host path in it');
+    }
+  });
+
+  t.test('links out of the box never reach a host file', async (t) => {
+    const dir = fs.mkdtempSync('/var/tmp/bh-probe-files-');
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const marker = path.join(dir, 'secret');
+    fs.writeFileSync(marker, 'HOST-SECRET\n');
+    const depth = '../'.repeat(12);
+    await sh('f', `mkdir -p /esc && ln -s ${marker} /esc/abs && ln -s ${depth}${marker.slice(1)} /esc/rel && ln -s ${dir} /esc/dir && mkdir -p /esc/real`);
+    for (const link of ['/esc/abs', '/esc/rel', '/esc/dir/secret']) {
+      const r = await host.call('GET', `${F}?${q(link)}`);
+      t.equal(r.status, 404, `GET ${link}: 404 (it names ${marker} in the box, which has none)`);
+      t.notMatch(r.text, /HOST-SECRET/);
+    }
+    for (const link of ['/esc/abs', '/esc/rel']) {
+      const r = await host.call('PUT', `${F}?${q(link)}`, { raw: Buffer.from('OVERWRITTEN\n'), contentType: 'application/octet-stream' });
+      t.equal(r.status, 200, `PUT ${link}: the link replaced by the file, in the box`);
+    }
+    const through = await host.call('PUT', `${F}?${q('/esc/dir/secret')}`, { raw: Buffer.from('OVERWRITTEN\n'), contentType: 'application/octet-stream' });
+    t.equal(through.status, 409, 'PUT through a link to a directory the box does not have: 409 (a link stands where a directory is needed)');
+    await sh('f', `mkdir -p ${dir} && echo inbox > ${marker}`);
+    const into = await host.call('PUT', `${F}?${q('/esc/dir/secret')}`, { raw: Buffer.from('OVERWRITTEN\n'), contentType: 'application/octet-stream' });
+    t.equal(into.status, 200, "once the box has that directory, the write goes through the link into the box's own");
+    t.equal(fs.readFileSync(marker, 'utf8'), 'HOST-SECRET\n', 'the host file is untouched');
+    t.equal((await sh('f', `cat ${marker}`)).stdout, 'OVERWRITTEN\n', 'the write landed at that path inside the box');
+
+    // A link swapped between a box directory and the root while the calls run.
+    await sh('f', `echo inside > /esc/real/secret; mkdir -p /esc/sw; (for i in $(seq 1 3000); do ln -sfn /esc/real /esc/sw/d; ln -sfn ${dir} /esc/sw/d; done) >/dev/null 2>&1 &`);
+    let leaked = 0;
+    let served = 0;
+    for (let i = 0; i < 40; i++) {
+      const r = await host.call('GET', `${F}?${q('/esc/sw/d/secret')}`);
+      if (/HOST-SECRET/.test(r.text)) leaked++;
+      if (r.status === 200) served++;
+      await host.call('PUT', `${F}?${q('/esc/sw/d/secret')}`, { raw: Buffer.from('RACE\n'), contentType: 'application/octet-stream' });
+    }
+    t.equal(leaked, 0, `40 reads during the swaps: the host file never read (${served} served from the box)`);
+    t.equal(fs.readFileSync(marker, 'utf8'), 'HOST-SECRET\n', '40 writes during the swaps: the host file never written');
+    t.same(fs.readdirSync(dir).sort(), ['secret'], 'nothing new in the host directory');
+  });
+
+  t.test('a full box: 507, nothing left at the path; 1 GiB each way with the API memory flat', async (t) => {
+    const S = `${P}/small/files`;
+    await host.call('PUT', `${S}?${q('/root/keep')}`, { raw: Buffer.from('old\n'), contentType: 'application/octet-stream' });
+    const over = await rssGrowth(() => upload(`${host.url}${S}?${q('/root/keep')}`, host.adminToken, 1200 * 1024 * 1024));
+    t.equal(over.out.status, 507, `1200 MiB into a 1 GB box: 507 (${over.out.body?.error?.code})`);
+    t.equal(over.out.body?.error?.code, 'insufficient_storage');
+    t.equal((await sh('small', 'cat /root/keep; ls -a /root | grep -c boxd || true')).stdout, 'old\n0\n', 'the old file as it was, no temporary left');
+    t.comment(`upload of 1200 MiB until the box was full: API RSS grew ${over.mib.toFixed(0)} MiB at most`);
+
+    const up = await rssGrowth(() => upload(`${host.url}${F}?${q('/root/big')}`, host.adminToken, 1024 * 1024 * 1024));
+    t.equal(up.out.status, 200, '1 GiB upload: 200');
+    t.equal(up.out.body.size, 1024 * 1024 * 1024);
+    const down = await rssGrowth(() => download(`${host.url}${F}?${q('/root/big')}`, host.adminToken));
+    t.equal(down.out.bytes, 1024 * 1024 * 1024, '1 GiB download: every byte');
+    t.equal(down.out.sha, up.out.sha, 'the same bytes');
+    t.comment(`1 GiB: API RSS grew ${up.mib.toFixed(0)} MiB uploading, ${down.mib.toFixed(0)} MiB downloading`);
+    for (const [what, mib] of [['upload', up.mib], ['download', down.mib], ['full upload', over.mib]] as const) t.ok(mib < 160, `${what}: the API's RSS stays within 160 MiB of where it was (${mib.toFixed(0)})`);
+  });
+
+  t.test('a stopped box: 409', async (t) => {
+    t.equal((await host.call('POST', `${P}/small/stop?wait=60`)).body.status, 'stopped');
+    const r = await host.call('GET', `${P}/small/files/stat?${q('/')}`);
+    t.equal(r.status, 409);
+    t.equal(r.body.error.code, 'conflict');
+  });
+});

@@ -1,0 +1,91 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { cleanupHost } from './cleanup';
+import { loadConfig } from '../../core/config';
+
+/**
+ * Run before the suite (`npm test`): removes what an earlier run of the suite left behind when it
+ * was killed mid-way (a machine restarted under it, a test killed at its timeout), so the last
+ * test's "nothing of the suite is left" (test/zz-leftovers.test.ts) judges this run only. A test
+ * host's data dir names it (its host tag is a hash of the path), so each is torn down with the
+ * teardown the tests use. Under CI every such dir is stale (CI runs one suite on its machine);
+ * elsewhere only those untouched for an hour, so a suite running beside this one is left alone.
+ */
+const STALE_MS = process.env.CI === 'true' ? 0 : 3600_000;
+const ROOTS = [...new Set(['/var/tmp', os.tmpdir(), '/tmp'])];
+const HOST_DIR_RE = /^bh-test-/;
+const OTHER_DIR_RE = /^(bh-redis-|bh-api-|bh-repo-|bh-probe-|box-cli-)/;
+
+/**
+ * Kills what still runs for `dir`: a redis-server whose arguments name a path in it (the killed
+ * host's embedded redis, health.test's), and any process whose BOXHOST_DATA_DIR is it (a killed
+ * run's node or worker processes). Nothing else: an editor or a `tail` on a file there lives.
+ */
+function killUnder(dir: string): void {
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p) && Number(p) !== process.pid)) {
+    try {
+      const comm = fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+      const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      const env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      const redis = comm === 'redis-server' && args.some((a) => a === dir || a.startsWith(`${dir}/`) || a.includes(`:${dir}/`));
+      const data = env.some((e) => e === `BOXHOST_DATA_DIR=${dir}` || e.startsWith(`BOXHOST_DATA_DIR=${dir}/`));
+      if (redis || data) process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+}
+
+/** Mount points at or under `dir`, deepest first. */
+function mountsUnder(dir: string): string[] {
+  return fs
+    .readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4]?.replace(/\\040/g, ' '))
+    .filter((p): p is string => !!p && (p === dir || p.startsWith(`${dir}/`)))
+    .sort((a, b) => b.length - a.length);
+}
+
+async function main(): Promise<void> {
+  const now = Date.now();
+  const stale = (p: string) => now - fs.statSync(p).mtimeMs >= STALE_MS;
+  let swept = 0;
+  for (const root of ROOTS) {
+    for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+      const dir = path.join(root, name);
+      try {
+        // A real directory of root's only: a link or someone else's entry in a shared temp dir
+        // is never acted on.
+        const st = fs.lstatSync(dir);
+        if (!st.isDirectory() || st.uid !== 0) continue;
+        if (HOST_DIR_RE.test(name) && stale(dir)) {
+          killUnder(dir);
+          const problems = await cleanupHost(loadConfig({ BOXHOST_DATA_DIR: dir, LOG_LEVEL: 'warn' }, { readDotenv: false }), () => undefined);
+          process.stderr.write(`sweep: an earlier run's test host ${dir}${problems.length ? `: ${problems.join('; ')}` : ' removed'}\n`);
+          swept++;
+        } else if (OTHER_DIR_RE.test(name) && stale(dir)) {
+          // A mount there (the read-only bind of the checkout, bh-repo-*) is let go, never
+          // recursed into. A mount point's mtime is its mounted tree's: outside CI its age says
+          // nothing, so it is left.
+          const mounts = mountsUnder(dir);
+          if (mounts.length && STALE_MS > 0) continue;
+          killUnder(dir);
+          for (const m of mounts) spawnSync('umount', ['-l', m]);
+          if (mountsUnder(dir).length) throw new Error('still mounted');
+          if (mounts.length) fs.rmdirSync(dir);
+          else fs.rmSync(dir, { recursive: true, force: true });
+          swept++;
+        }
+      } catch (e) {
+        process.stderr.write(`sweep: ${dir}: ${(e as Error).message}\n`);
+      }
+    }
+  }
+  if (swept) process.stderr.write(`sweep: ${swept} leftovers of earlier runs handled\n`);
+}
+
+main().catch((e) => {
+  process.stderr.write(`sweep failed: ${(e as Error).message}\n`);
+});

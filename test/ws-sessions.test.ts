@@ -1,0 +1,195 @@
+import crypto from 'node:crypto';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import t from 'tap';
+import WebSocket from 'ws';
+import { HttpNodeClient } from '../cluster/httpClient';
+import { sleep } from '../core/command';
+import { Channel, WS_SUBPROTOCOL, wsFrame } from '../core/wsChannel';
+import { startTestHost } from './helpers/host';
+
+/**
+ * WebSocket exec and console (DESIGN.md §4) on a real host: the channel framing both ways, exit
+ * codes, a terminal whose size follows resize frames, signals, a closed socket ending its
+ * process, tickets (once, and only once), refusals before any upgrade, 20 sessions at once,
+ * and a session relayed through the node agent.
+ */
+
+interface Session {
+  ws: WebSocket;
+  out: string;
+  err: string;
+  status: Promise<Record<string, unknown>>;
+  send(channel: number, payload: Buffer | string | object): void;
+  waitFor(re: RegExp, ms?: number): Promise<void>;
+}
+
+function connect(url: string, headers: Record<string, string> = {}): Promise<Session | { refused: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, WS_SUBPROTOCOL, { headers });
+    const s: Session = {
+      ws,
+      out: '',
+      err: '',
+      status: new Promise((res) => {
+        ws.on('message', (d: Buffer) => {
+          if (d[0] === Channel.stdout) s.out += d.subarray(1).toString();
+          if (d[0] === Channel.stderr) s.err += d.subarray(1).toString();
+          if (d[0] === Channel.status) res(JSON.parse(d.subarray(1).toString()));
+        });
+      }),
+      send: (ch, p) => ws.send(ch === Channel.close ? Buffer.from([Channel.close, Channel.stdin]) : wsFrame(ch, p)),
+      waitFor: async (re, ms = 10_000) => {
+        const end = Date.now() + ms;
+        while (!re.test(s.out) && Date.now() < end) await sleep(20);
+        if (!re.test(s.out)) throw new Error(`no ${re} in ${JSON.stringify(s.out)}`);
+      },
+    };
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ refused: res.statusCode ?? 0, body: body ? JSON.parse(body) : undefined }));
+    });
+    ws.on('open', () => resolve(s));
+    ws.on('error', reject);
+  });
+}
+
+const open = async (url: string, headers: Record<string, string> = {}): Promise<Session> => {
+  const s = await connect(url, headers);
+  if ('refused' in s) throw new Error(`refused ${s.refused}: ${JSON.stringify(s.body)}`);
+  return s;
+};
+
+t.test('WebSocket exec and console', async (t) => {
+  const secret = crypto.randomBytes(16).toString('hex');
+  const host = await startTestHost(t, { BOXHOST_CLUSTER_SECRET: secret, BOXHOST_AGENT_PORT: '0' });
+  const P = '/v1/projects/ws/boxes';
+  t.equal((await host.call('POST', `${P}?wait=120`, { body: { name: 'w' } })).body.status, 'running');
+  const base = host.url.replace(/^http/, 'ws');
+  const auth = { authorization: `Bearer ${host.adminToken}` };
+  const execUrl = (cmd: string[], extra = '') => `${base}${P}/w/exec/ws?${cmd.map((c) => `command=${encodeURIComponent(c)}`).join('&')}${extra}`;
+  const sh = async (script: string) => (await host.call('POST', `${P}/w/exec`, { body: { command: ['sh', '-c', script] } })).body;
+
+  t.test('stdin in, stdout and stderr apart, EOF, the exit code on the status channel', async (t) => {
+    const s = await open(execUrl(['sh', '-c', 'cat; echo to-stderr >&2; exit 3']), auth);
+    t.equal(s.ws.protocol, WS_SUBPROTOCOL, 'the boxhost.v1.channel subprotocol');
+    s.send(Channel.stdin, 'hello ');
+    s.send(Channel.stdin, 'box\n');
+    s.send(Channel.close, '');
+    t.same(await s.status, { exit_code: 3 }, 'status {"exit_code": 3}');
+    t.equal(s.out, 'hello box\n', 'stdin echoed by cat on stdout');
+    t.equal(s.err, 'to-stderr\n', 'stderr on its own channel');
+    await new Promise((r) => (s.ws.readyState === WebSocket.CLOSED ? r(null) : s.ws.once('close', r)));
+    t.pass('then the socket closes');
+  });
+
+  t.test('a terminal: stty size answers the last resize; a signal; a closed socket ends its process', async (t) => {
+    const s = await open(execUrl(['sh', '-c', 'read line; stty size; read line; stty size'], '&tty=1&cols=90&rows=30'), auth);
+    s.send(Channel.stdin, '\r');
+    await s.waitFor(/30 90/);
+    s.send(Channel.resize, { cols: 132, rows: 43 });
+    await sleep(100);
+    s.send(Channel.stdin, '\r');
+    await s.waitFor(/43 132/);
+    t.same(await s.status, { exit_code: 0 });
+    t.pass('30 90 at the start, 43 132 after the resize');
+
+    const sig = await open(execUrl(['sleep', '1000']), auth);
+    await sleep(200);
+    sig.send(Channel.signal, { signal: 'TERM' });
+    t.same(await sig.status, { exit_code: 143 }, 'TERM on the signal channel: 143');
+
+    const gone = await open(execUrl(['sh', '-c', 'exec sleep 4242']), auth);
+    await sleep(300);
+    t.match((await sh('ps -o args | grep -c "^sleep 4242" || true')).stdout, /^1\n/, 'running');
+    gone.ws.close();
+    let left = '1\n';
+    for (let i = 0; i < 50 && left !== '0\n'; i++) {
+      await sleep(100);
+      left = (await sh('ps -o args | grep -c "^sleep 4242" || true')).stdout;
+    }
+    t.equal(left, '0\n', 'closing the socket ended the process');
+  });
+
+  t.test('the console: a login shell on a terminal', async (t) => {
+    const c = await open(`${base}${P}/w/console?cols=100&rows=30`, auth);
+    await c.waitFor(/[#$] $/);
+    t.pass(`a prompt: ${JSON.stringify(c.out.slice(-20))}`);
+    c.send(Channel.stdin, 'echo sum-$((40+2)); stty size\r');
+    await c.waitFor(/sum-42[\s\S]*30 100/);
+    c.send(Channel.stdin, 'exit 7\r');
+    t.same(await c.status, { exit_code: 7 }, 'its exit code');
+  });
+
+  t.test('tickets: once, for the caller; refusals before any upgrade', async (t) => {
+    const tk = await host.call('POST', '/v1/tickets', { body: {} });
+    t.equal(tk.status, 201);
+    t.match(tk.body, { ticket: /^bxk_/, expires_at: /Z$/ });
+    t.ok(Date.parse(tk.body.expires_at) - Date.now() <= 30_000, 'valid 30 s');
+    const s = await open(execUrl(['echo', 'via-ticket'], `&ticket=${tk.body.ticket}`));
+    t.same(await s.status, { exit_code: 0 });
+    t.equal(s.out, 'via-ticket\n', 'a ticket instead of the header');
+    const again = await connect(execUrl(['true'], `&ticket=${tk.body.ticket}`));
+    t.equal('refused' in again && again.refused, 401, 'the same ticket twice: 401');
+    t.equal('refused' in again && again.body.error.code, 'unauthenticated');
+    const unknown = await connect(execUrl(['true'], `&ticket=bxk_${'A'.repeat(43)}`));
+    t.equal('refused' in unknown && unknown.refused, 401, 'an unknown ticket: 401');
+    const token = await connect(execUrl(['true'], `&token=${host.adminToken}`));
+    t.equal('refused' in token && token.refused, 401, 'a token in the URL is not a credential');
+
+    // The CLI's `box ticket` makes one that works the same way.
+    const cli = await new Promise<string>((resolve, reject) => {
+      const env = { ...process.env, BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken };
+      execFile(process.execPath, [path.resolve(__dirname, '..', 'cli', 'main.js'), 'ticket'], { env }, (e, out) => (e ? reject(e) : resolve(out.trim())));
+    });
+    t.match(cli, /^bxk_/, 'box ticket prints a ticket');
+    const viaCli = await open(execUrl(['echo', 'cli-ticket'], `&ticket=${cli}`));
+    t.same(await viaCli.status, { exit_code: 0 }, "box ticket's ticket opens a session");
+    const limited = await host.call('POST', '/v1/tokens', { body: { name: 'other', projects: ['elsewhere'] } });
+    const ltk = await host.call('POST', '/v1/tickets', { body: {}, token: limited.body.token });
+    const wrong = await connect(execUrl(['true'], `&ticket=${ltk.body.ticket}`));
+    t.equal('refused' in wrong && wrong.refused, 404, "a ticket carries its token's project limits: another project's box is 404");
+
+    const cases: Array<[string, string, number]> = [
+      ['no command', `${base}${P}/w/exec/ws`, 400],
+      ['a relative cwd', execUrl(['true'], '&cwd=tmp'), 400],
+      ['a missing cwd', execUrl(['true'], '&cwd=/nonexistent'), 400],
+      ['an unknown user', execUrl(['true'], '&user=ghost'), 400],
+      ['an unknown box', `${base}${P}/ghost/exec/ws?command=true`, 404],
+      ['another route', `${base}${P}/w/nothing/ws`, 404],
+    ];
+    for (const [what, url, status] of cases) {
+      const r = await connect(url, auth);
+      t.equal('refused' in r && r.refused, status, `${what}: ${status}, no upgrade`);
+      t.ok('refused' in r && r.body?.error?.code, 'with the error body');
+    }
+  });
+
+  t.test('20 sessions at once on one box', async (t) => {
+    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => open(execUrl(['sh', '-c', `read x; echo "$x-${i}"`]), auth)));
+    all.forEach((s, i) => s.send(Channel.stdin, `n${i}\n`));
+    const statuses = await Promise.all(all.map((s) => s.status));
+    t.ok(statuses.every((st) => st.exit_code === 0), 'all 20 exited 0');
+    t.ok(all.every((s, i) => s.out === `n${i}-${i}\n`), 'each its own output');
+  });
+
+  t.test('a session relayed through the node agent (HttpNodeClient)', async (t) => {
+    const box = (await host.call('GET', `${P}/w`)).body;
+    const node = new HttpNodeClient(host.config.nodeId, host.node!.agent!.url, secret);
+    const s = await node.execSession(box.id, { command: ['sh', '-c', 'cat; exit 5'] });
+    let out = '';
+    s.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    s.stdin.end('through the agent\n');
+    t.same(await s.exited, { exitCode: 5 });
+    t.equal(out, 'through the agent\n');
+    const bad = await node.execSession(box.id, { command: ['true'], cwd: '/nonexistent' }).catch((e) => e);
+    t.equal(bad.code, 'invalid_argument', 'a refusal comes back as the contract error');
+  });
+
+  t.test('a stopped box: 409 before any upgrade', async (t) => {
+    await host.call('POST', `${P}/w/stop?wait=60`);
+    const r = await connect(execUrl(['true']), auth);
+    t.equal('refused' in r && r.refused, 409);
+  });
+});
