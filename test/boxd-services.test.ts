@@ -18,7 +18,7 @@ import { RuncRuntime } from '../workers/runtime/runc';
  * back after the box restarts), users and environment resolved inside the box.
  */
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync('/var/tmp/boxhost-boxd-svc-test-');
+const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-boxd-svc-test-${hostTag}-`);
 const runtime = new RuncRuntime({ dataDir, hostTag });
 const idMap = projectIdMap(252);
 const ns = `bh${hostTag}-svc`;

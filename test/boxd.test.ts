@@ -19,7 +19,7 @@ import { RuncRuntime } from '../workers/runtime/runc';
  * process cannot do to it, the protocol under garbage, a box that predates boxd.
  */
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync('/var/tmp/boxhost-boxd-test-');
+const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-boxd-test-${hostTag}-`);
 const runtime = new RuncRuntime({ dataDir, hostTag });
 const legacy = new RuncRuntime({ dataDir: path.join(dataDir, 'legacy'), hostTag, init: 'tini' });
 const idMap = projectIdMap(251);

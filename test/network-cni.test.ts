@@ -15,7 +15,7 @@ import { platformDestinations } from '../workers/setup';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync('/var/tmp/boxhost-cni-test-');
+const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-test-${hostTag}-`);
 // A /16 of its own, away from podman's 10.88 and from other test hosts.
 const boxSubnet = `10.${200 + crypto.randomInt(50)}.0.0/16`;
 const timings: Record<string, number[]> = {};
@@ -488,7 +488,7 @@ t.test('releaseProject removes the bridge, its rule and its IPAM state with the 
 t.test('with outbound on: link-local, the host, the platform and protected nets stay out of reach', async (t) => {
   // A network of its own (tag, /16, chains), outbound on.
   const outTag = crypto.randomBytes(3).toString('hex');
-  const outDir = fs.mkdtempSync('/var/tmp/boxhost-cni-out-test-');
+  const outDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-out-test-${outTag}-`);
   const second = Number(boxSubnet.split('.')[1]) === 250 ? 251 : 250;
   const outSubnet = `10.${second}.0.0/16`;
   const platform = { redisUrl: 'redis://198.51.100.10:6379', databaseUrl: 'postgres://boxhost:secret@198.51.100.11:5432/boxhost', protectedNets: ['203.0.113.0/24'] };
@@ -568,8 +568,9 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
   t.equal(canonicalCidr('10.1.2.3'), '10.1.2.3/32');
   t.equal(canonicalCidr('10.1.2.3/33'), null);
   t.equal(canonicalCidr('redis.internal'), null);
-  const badDir = fs.mkdtempSync('/var/tmp/boxhost-cni-bad-test-');
-  const bad = new CniNetwork({ dataDir: badDir, hostTag: crypto.randomBytes(3).toString('hex'), boxSubnet, outbound: true, protectedDestinations: async () => ['redis.internal'] });
+  const badTag = crypto.randomBytes(3).toString('hex');
+  const badDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-bad-test-${badTag}-`);
+  const bad = new CniNetwork({ dataDir: badDir, hostTag: badTag, boxSubnet, outbound: true, protectedDestinations: async () => ['redis.internal'] });
   await t.rejects(bad.init(), /not an IPv4 address or CIDR/, 'a bad protected destination fails init');
   await bad.destroyAll();
   fs.rmSync(badDir, { recursive: true, force: true });
@@ -578,7 +579,7 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
 t.test('small blocks of a /20, and the layout lock', async (t) => {
   // A network of its own: /29 blocks (5 boxes each) of a /20 that also starts a /19.
   const smallTag = crypto.randomBytes(3).toString('hex');
-  const smallDir = fs.mkdtempSync('/var/tmp/boxhost-cni-small-test-');
+  const smallDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-small-test-${smallTag}-`);
   const subnet = `10.252.${32 * crypto.randomInt(8)}.0/20`;
   const wider = subnet.replace('/20', '/19');
   const net = (projectPrefix?: number, boxSubnet = subnet) => new CniNetwork({ dataDir: smallDir, hostTag: smallTag, boxSubnet, projectPrefix, outbound: false, logger });

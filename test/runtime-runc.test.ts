@@ -15,7 +15,7 @@ import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } fr
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync('/var/tmp/boxhost-runc-test-');
+const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-runc-test-${hostTag}-`);
 const runcRun: number[] = [];
 const runtime = new RuncRuntime({
   dataDir,

@@ -10,13 +10,18 @@ import { loadConfig } from '../../core/config';
  * was killed mid-way (a machine restarted under it, a test killed at its timeout), so the last
  * test's "nothing of the suite is left" (test/zz-leftovers.test.ts) judges this run only. A test
  * host's data dir names it (its host tag is a hash of the path), so each is torn down with the
- * teardown the tests use. Under CI every such dir is stale (CI runs one suite on its machine);
+ * teardown the tests use; a driver test's dir (storage, runtime, boxd, CNI) carries the random
+ * tag it named its pool, containers, netns and chains with, and goes the same way. A run
+ * SIGKILLed inside the storage test once left its pool mounted and failed the next CI run. Under CI every such dir is stale (CI runs one suite on its machine);
  * elsewhere only those untouched for an hour, so a suite running beside this one is left alone.
  */
 const STALE_MS = process.env.CI === 'true' ? 0 : 3600_000;
 const ROOTS = [...new Set(['/var/tmp', os.tmpdir(), '/tmp'])];
 const HOST_DIR_RE = /^bh-test-/;
-const OTHER_DIR_RE = /^(bh-redis-|bh-api-|bh-repo-|bh-probe-|box-cli-)/;
+/** A driver test's dir names the host tag it made its objects with (`boxhost-<kind>-<tag>-XXXXXX`:
+ *  netns, containers, cgroups, chains, a `boxhost-<tag>` pool). */
+const DRIVER_DIR_RE = /^boxhost-(?!bench-|soak-)[a-z-]+?-((?:zt)?[0-9a-f]{6})-[A-Za-z0-9]{6}$/;
+const OTHER_DIR_RE = /^(bh-redis-|bh-api-|bh-repo-|bh-probe-|box-cli-|boxhost-(?!bench-|soak-))/;
 
 /**
  * Kills what still runs for `dir`: a redis-server whose arguments name a path in it (the killed
@@ -48,6 +53,45 @@ function mountsUnder(dir: string): string[] {
     .sort((a, b) => b.length - a.length);
 }
 
+/** runc state roots under `dir` (`<dir>/runc`, `<dir>/legacy/runc`, …), never inside a mount. */
+function runcRoots(dir: string, depth = 3): string[] {
+  const mounts = new Set(mountsUnder(dir));
+  const out: string[] = [];
+  const walk = (d: string, left: number) => {
+    let entries: fs.Dirent[] = [];
+    try {
+      entries = fs.readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = path.join(d, e.name);
+      if (!e.isDirectory() || mounts.has(p)) continue;
+      if (e.name === 'runc') out.push(p);
+      else if (left > 0) walk(p, left - 1);
+    }
+  };
+  walk(dir, depth);
+  return out;
+}
+
+/** Containers of a killed driver test go first (their netns and mounts are held by them). */
+function removeContainers(dir: string): void {
+  for (const root of runcRoots(dir)) {
+    const ids = spawnSync('runc', ['--root', root, 'list', '-q'], { encoding: 'utf8' }).stdout ?? '';
+    for (const id of ids.split('\n').filter(Boolean)) spawnSync('runc', ['--root', root, 'delete', '-f', id]);
+  }
+}
+
+/** Lets go what is still mounted under `dir` and removes it (a mount point is emptied, never
+ *  recursed into while mounted). */
+function removeDir(dir: string): void {
+  const mounts = mountsUnder(dir);
+  for (const m of mounts) spawnSync('umount', ['-l', m]);
+  if (mountsUnder(dir).length) throw new Error('still mounted');
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+
 async function main(): Promise<void> {
   const now = Date.now();
   const stale = (p: string) => now - fs.statSync(p).mtimeMs >= STALE_MS;
@@ -65,6 +109,17 @@ async function main(): Promise<void> {
           const problems = await cleanupHost(loadConfig({ BOXHOST_DATA_DIR: dir, LOG_LEVEL: 'warn' }, { readDotenv: false }), () => undefined);
           process.stderr.write(`sweep: an earlier run's test host ${dir}${problems.length ? `: ${problems.join('; ')}` : ' removed'}\n`);
           swept++;
+        } else if (DRIVER_DIR_RE.test(name) && stale(dir)) {
+          // A driver test killed mid-way (the storage, runtime, boxd or CNI tests): its
+          // objects are torn down by the tag its dir names, then the dir goes.
+          killUnder(dir);
+          removeContainers(dir);
+          const hostTag = DRIVER_DIR_RE.exec(name)![1];
+          const config = { ...loadConfig({ BOXHOST_DATA_DIR: dir, LOG_LEVEL: 'warn' }, { readDotenv: false }), hostTag };
+          const problems = await cleanupHost(config, () => undefined);
+          if (fs.existsSync(dir)) removeDir(dir);
+          process.stderr.write(`sweep: an earlier run's driver test dir ${dir}${problems.length ? `: ${problems.join('; ')}` : ' removed'}\n`);
+          swept++;
         } else if (OTHER_DIR_RE.test(name) && stale(dir)) {
           // A mount there (the read-only bind of the checkout, bh-repo-*) is let go, never
           // recursed into. A mount point's mtime is its mounted tree's: outside CI its age says
@@ -72,10 +127,8 @@ async function main(): Promise<void> {
           const mounts = mountsUnder(dir);
           if (mounts.length && STALE_MS > 0) continue;
           killUnder(dir);
-          for (const m of mounts) spawnSync('umount', ['-l', m]);
-          if (mountsUnder(dir).length) throw new Error('still mounted');
-          if (mounts.length) fs.rmdirSync(dir);
-          else fs.rmSync(dir, { recursive: true, force: true });
+          removeContainers(dir);
+          removeDir(dir);
           swept++;
         }
       } catch (e) {
