@@ -14,8 +14,9 @@ import * as exec from './commands/exec';
 import * as nodes from './commands/nodes';
 import * as files from './commands/files';
 import * as services from './commands/services';
+import * as snapshots from './commands/snapshots';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

@@ -9,7 +9,7 @@ import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, 
 import { sessionOverWs } from './wsSession';
 import {
   AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, FILE_STAT_HEADER, fileListSchema, fileStatSchema, MAX_AGENT_ANSWER_BYTES, serviceListSchema,
-  serviceStartAnswerSchema, serviceStateSchema, snapshotsSchema, TUNNEL_PROTOCOL,
+  serviceStartAnswerSchema, serviceStateSchema, snapshotBlockersSchema, snapshotsSchema, TUNNEL_PROTOCOL,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
@@ -68,6 +68,14 @@ export class HttpNodeClient implements NodeClient {
 
   async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
     return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPath('snapshots', boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
+  }
+
+  async deleteSnapshot(boxId: string, name: string): Promise<void> {
+    await this.call('DELETE', `${agentPath('snapshots', boxId)}?name=${encodeURIComponent(name)}`, undefined, { totalMs: CALL_TIMEOUT_MS });
+  }
+
+  restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }> {
+    return this.call('GET', `${agentPath('snapshotBlockers', boxId)}?name=${encodeURIComponent(name)}`, undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotBlockersSchema });
   }
 
   /** An interactive session through the agent's WebSocket (cluster/protocol.ts `execWs`). */

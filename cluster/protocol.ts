@@ -13,7 +13,10 @@ export const agentRoutes = {
   health: `${AGENT_PREFIX}/health`,
   exec: `${AGENT_PREFIX}/boxes/:boxId/exec`,
   limits: `${AGENT_PREFIX}/boxes/:boxId/limits`,
+  /** GET: the box's snapshots; DELETE `?name=`: one of them. */
   snapshots: `${AGENT_PREFIX}/boxes/:boxId/snapshots`,
+  /** GET `?name=`: what a restore to that snapshot would take from others. */
+  snapshotBlockers: `${AGENT_PREFIX}/boxes/:boxId/snapshots/blockers`,
   /** GET raw bytes (the stat in FILE_STAT_HEADER), PUT raw body (answers the stat), DELETE;
    *  the path in `?path=`. */
   files: `${AGENT_PREFIX}/boxes/:boxId/files`,
@@ -124,8 +127,16 @@ export const execResultSchema = Joi.object({
 export const limitsSchema = Joi.object({ cpus: Joi.number().integer().min(1), ramMb: Joi.number().integer().min(4) });
 
 export const snapshotsSchema = Joi.object({
-  snapshots: Joi.array().max(100000).items(Joi.object({ name: Joi.string().max(255).required(), createdAt: Joi.string().max(64).required(), sizeBytes: Joi.number().min(0).required() })).required(),
+  snapshots: Joi.array().max(100000).items(Joi.object({ name: Joi.string().max(255).required(), createdAt: Joi.string().max(64).required(), sizeBytes: Joi.number().min(0).required(), description: Joi.string().max(4096) })).required(),
 });
+
+export const snapshotBlockersSchema = Joi.object({
+  snapshots: Joi.array().max(100000).items(Joi.string().max(255)).required(),
+  forks: Joi.array().max(100000).items(Joi.string().max(255)).required(),
+});
+
+/** A snapshot name in a node call (the name rule; the storage checks it again). */
+export const snapshotNameSchema = Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).required();
 
 
 /** The error codes an agent may answer; anything else is read as `internal`. */

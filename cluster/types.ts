@@ -68,6 +68,7 @@ export interface BoxSnapshotInfo {
   name: string;
   createdAt: string;
   sizeBytes: number;
+  description?: string;
 }
 
 export interface BoxLimits {
@@ -134,4 +135,9 @@ export interface NodeClient {
   /** Changes the cgroup limits of a running box at once. */
   updateLimits(boxId: string, limits: BoxLimits): Promise<void>;
   listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]>;
+  /** Removes a snapshot of the box's root (forks made from it keep working). Idempotent. */
+  deleteSnapshot(boxId: string, name: string): Promise<void>;
+  /** What a restore to `name` would take from others: later snapshots (names) and boxes forked
+   *  from the root after it (box ids). */
+  restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }>;
 }

@@ -106,6 +106,23 @@ export interface BoxList {
 
 export type OperationStatus = 'queued' | 'running' | 'succeeded' | 'failed';
 
+/** A box snapshot (DESIGN.md §6: the Data snapshot record). */
+export interface BoxSnapshot {
+  name: string;
+  created_at: string;
+  size_bytes: number;
+  description?: string;
+}
+
+export interface BoxSnapshotList {
+  snapshots: BoxSnapshot[];
+}
+
+export interface CreateBoxSnapshotRequest {
+  name: string;
+  description?: string;
+}
+
 export interface Operation {
   id: string;
   kind: string;

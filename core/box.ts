@@ -13,7 +13,7 @@ export type ShownBoxStatus = BoxStatus | 'unknown';
 export const BOX_STATUSES: readonly ShownBoxStatus[] = ['creating', 'running', 'stopping', 'stopped', 'resuming', 'restoring', 'deleting', 'failed', 'unknown'];
 
 /** The job-backed actions on one box. */
-export type BoxAction = 'create' | 'stop' | 'resume' | 'delete';
+export type BoxAction = 'create' | 'stop' | 'resume' | 'restore' | 'delete';
 
 export interface Transition {
   /** Statuses (as projected after the operations already queued) the action is allowed from. */
@@ -28,6 +28,8 @@ export const TRANSITIONS: Record<BoxAction, Transition> = {
   create: { from: [], during: 'creating', after: 'running' },
   stop: { from: ['running'], during: 'stopping', after: 'stopped' },
   resume: { from: ['stopped'], during: 'resuming', after: 'running' },
+  /** Back to a snapshot of its root: the container stops, the root rolls back, the box starts. */
+  restore: { from: ['running', 'stopped'], during: 'restoring', after: 'running' },
   delete: { from: ['running', 'stopped', 'failed'], during: 'deleting', after: 'gone' },
 };
 
@@ -48,8 +50,12 @@ export function projectedStatus(current: BoxStatus, pending: readonly BoxAction[
 export const allowed = (action: BoxAction, current: BoxStatus, pending: readonly BoxAction[]) =>
   TRANSITIONS[action].from.includes(projectedStatus(current, pending));
 
-/** Exec, live limits and snapshots of the root need a box that runs now. */
+/** Exec and live limits need a box that runs now. */
 export const canExec = (status: BoxStatus) => status === 'running';
+
+/** A snapshot of the root needs a root that is not being made, rolled back or removed (a
+ *  running box is paused for its instant). */
+export const canSnapshot = (status: BoxStatus) => status === 'running' || status === 'stopped';
 
 /** A fork clones a root that exists and is not being made or removed. */
 export const canFork = (status: BoxStatus) => status === 'running' || status === 'stopped';

@@ -136,11 +136,11 @@ function checkCreateRules(req: CreateBoxRequest) {
 }
 
 /** The state-machine actions queued or running on a box, in arrival order. */
-const pendingActions = async (db: DomainContext['db'], boxId: string): Promise<BoxAction[]> =>
+export const pendingActions = async (db: DomainContext['db'], boxId: string): Promise<BoxAction[]> =>
   (await operationsRepo.unfinishedForBox(db, boxId)).map((p) => boxActionOf(p.kind)).filter((a): a is BoxAction => a !== undefined);
 
 /** Queues a box job on the box's node, recording the operation with its project. */
-const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], box: BoxRecord, msg: JobMessage<P>, identity: Identity) =>
+export const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], box: BoxRecord, msg: JobMessage<P>, identity: Identity) =>
   ctx.queue.enqueue(trx, msg, { resource: boxPath(box.project, box.name), node: box.node, project: box.project, boxId: box.id, createdBy: identity.name });
 
 export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
@@ -216,7 +216,12 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
  * the transitional state at once only when nothing is ahead of it; otherwise the job sets it
  * when its turn comes. A box whose node is down answers 503: the job would only wait.
  */
-export async function changeBoxState(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>): Promise<Accepted<Box>> {
+export async function changeBoxState(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create' | 'restore'>): Promise<Accepted<Box>> {
+  return queueBoxAction(ctx, identity, project, name, action, (box) => boxJobs[action].of({ boxId: box.id }));
+}
+
+/** The same for any action of the state machine, with the job message its payload needs. */
+export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>, message: (box: BoxRecord) => JobMessage<P>): Promise<Accepted<Box>> {
   const current = await loadBox(ctx, identity, project, name);
   if (action === 'delete' && (await ctx.nodes.forgotten(current.node))) return forgetLostBox(ctx, identity, current);
   await ctx.nodes.assertUp(current.node);
@@ -229,7 +234,7 @@ export async function changeBoxState(ctx: DomainContext, identity: Identity, pro
       throw conflict(`box ${project}/${name} is ${projected === box.status ? box.status : `going to be ${projected}`}; cannot ${action} it`);
     }
     if (pending.length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });
-    return enqueueBoxJob(ctx, trx, box, boxJobs[action].of({ boxId: box.id }), identity);
+    return enqueueBoxJob(ctx, trx, box, message(box), identity);
   });
   return { operation, load: reload(ctx, current.id) };
 }

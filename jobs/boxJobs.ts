@@ -11,6 +11,16 @@ export interface BoxCreatePayload extends BoxRef {
   source: RootSource;
 }
 
+export interface BoxSnapshotPayload extends BoxRef {
+  /** The snapshot's name (the name rule) and its one-line description. */
+  name: string;
+  description?: string;
+}
+
+export interface BoxRestorePayload extends BoxRef {
+  snapshot: string;
+}
+
 const boxId = Joi.string().pattern(/^[a-z0-9]{1,32}$/).required();
 const boxRef = Joi.object<BoxRef>({ boxId });
 const rootSource = Joi.alternatives(
@@ -18,13 +28,19 @@ const rootSource = Joi.alternatives(
   Joi.object({ kind: Joi.valid('box').required(), boxId: Joi.string().required(), snapshot: Joi.string() }),
 );
 
+const snapshotName = Joi.string().pattern(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/);
+
 /** The job types of the box lifecycle, one per action of the state machine. */
 export const boxJobs = {
   create: jobType<BoxCreatePayload>('box.create', Joi.object<BoxCreatePayload>({ boxId, source: rootSource.required() })),
   stop: jobType<BoxRef>('box.stop', boxRef),
   resume: jobType<BoxRef>('box.resume', boxRef),
+  restore: jobType<BoxRestorePayload>('box.restore', Joi.object<BoxRestorePayload>({ boxId, snapshot: snapshotName.required() })),
   delete: jobType<BoxRef>('box.delete', boxRef),
-} as const;
+} as const satisfies Record<BoxAction, unknown>;
+
+/** Box jobs that leave the box's status as it is (they run in turn with the others). */
+export const boxSnapshotJob = jobType<BoxSnapshotPayload>('box.snapshot', Joi.object<BoxSnapshotPayload>({ boxId, name: snapshotName.required(), description: Joi.string().max(1024) }));
 
 /** The state-machine action a job kind carries out (undefined for other kinds). */
 export function boxActionOf(kind: string): BoxAction | undefined {

@@ -2,6 +2,7 @@ import { boxesRepo, BoxRecord } from '../db/repos/boxes';
 import { BoxAction, TRANSITIONS } from '../core/box';
 import { defineJob, JobContext, JobRefused } from './types';
 import { boxJobs, BoxRef } from './boxJobs';
+import type { JobType } from './types';
 import type { BoxHost } from './ports';
 import { publicReason } from './publicReason';
 
@@ -10,10 +11,15 @@ import { publicReason } from './publicReason';
  * resume, delete) by one host step. A box already gone (deleted before this job's turn) makes
  * the job a no-op. `gone` removes the row last, so a retry still finds it.
  */
-export const defineBoxTransition = (action: Exclude<BoxAction, 'create'>, step: (node: BoxHost, box: BoxRecord) => Promise<void>) => {
+export const defineBoxTransition = <P extends BoxRef = BoxRef>(
+  action: Exclude<BoxAction, 'create'>,
+  step: (node: BoxHost, box: BoxRecord, payload: P) => Promise<void>,
+  /** Runs before the box shows its transitional status: throw JobRefused to leave it as it is. */
+  precheck?: (node: BoxHost, box: BoxRecord, payload: P) => Promise<void>,
+) => {
   const t = TRANSITIONS[action];
-  return defineJob<BoxRef>({
-    type: boxJobs[action],
+  return defineJob<P>({
+    type: boxJobs[action] as unknown as JobType<P>,
     async run({ payload, db, node }) {
       const box = await boxesRepo.byId(db, payload.boxId);
       if (!box) return;
@@ -23,14 +29,15 @@ export const defineBoxTransition = (action: Exclude<BoxAction, 'create'>, step: 
       if (box.status !== t.during && !t.from.includes(box.status)) {
         throw new JobRefused(`box is ${box.status}${box.error ? ` (${box.error})` : ''}; cannot ${action} it`);
       }
+      if (precheck && box.status !== t.during) await precheck(node, box, payload);
       await boxesRepo.update(db, box.id, { status: t.during });
-      await step(node, box);
+      await step(node, box, payload);
       if (t.after === 'gone') await boxesRepo.remove(db, box.id);
       else await boxesRepo.update(db, box.id, { status: t.after, error: null });
     },
     /** Failed for good: the box is `failed` with why; it can still be deleted. A refused job
      *  never touched the box, which keeps its status and error. */
-    async onFailed({ payload, db }: JobContext<BoxRef>, error: Error) {
+    async onFailed({ payload, db }: JobContext<P>, error: Error) {
       if (error instanceof JobRefused) return;
       if (await boxesRepo.byId(db, payload.boxId)) {
         // Public words only: project tokens read this (the worker logged the full error).

@@ -3,6 +3,8 @@ import { createBoxJob } from './boxCreate';
 import { stopBoxJob } from './boxStop';
 import { resumeBoxJob } from './boxResume';
 import { deleteBoxJob } from './boxDelete';
+import { restoreBoxJob } from './boxRestore';
+import { snapshotBoxJob } from './boxSnapshot';
 
 /** Every job handler a node's worker runs. */
-export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, deleteBoxJob];
+export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob];

@@ -13,6 +13,14 @@ export interface BoxHost {
   start(box: BoxRecord): Promise<void>;
   /** SIGTERM, SIGKILL after the box's grace period; the root is kept. */
   stop(box: BoxRecord): Promise<void>;
+  /** Takes a snapshot of the box's root; a running box is paused for its instant and resumed
+   *  even when the snapshot fails. Idempotent (a retry finds the snapshot made). */
+  snapshot(box: BoxRecord, name: string, description?: string): Promise<void>;
+  /** What a restore to `snapshot` would take from others: later snapshots (names) and boxes
+   *  forked after it (box ids). */
+  restoreBlockers(box: BoxRecord, snapshot: string): Promise<{ snapshots: string[]; forks: string[] }>;
+  /** Stops the container, rolls the root back to `snapshot`, starts the box again. */
+  restore(box: BoxRecord, snapshot: string): Promise<void>;
   /** Removes everything the box holds on the node: container, network, datasets. */
   destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void>;
 }

@@ -17,6 +17,7 @@ import { nodeQueueName } from '../jobs/queue';
 import { queuePrefix, redisOptions } from '../core/redis';
 import { boxesRepo } from '../db/repos/boxes';
 import { BoxSteps } from '../workers/boxSteps';
+import { RuncRuntime } from '../workers/runtime/runc';
 import { createDrivers } from '../workers/setup';
 
 /**
@@ -107,6 +108,40 @@ t.test('a worker killed at each step of create, fork and delete converges after 
     }
     // It keeps one `_fork-<id>` snapshot per fork made from it (what each fork's root is a clone of).
     t.same(await boxObjects(cfg, src.id), { ...RUNNING, snapshots: createPoints.length }, 'the source is untouched: running, one snapshot per fork');
+  });
+
+  t.test('snapshot and restore', async (t) => {
+    const made = await call('POST', `${P}/crashs/boxes?wait=120`, { name: 's' });
+    t.equal(made.body.status, 'running', made.text);
+    await call('POST', `${P}/crashs/boxes/s/exec`, { command: ['sh', '-c', 'echo one > /root/f'] });
+    const runtime = new RuncRuntime({ dataDir: cfg.dataDir, hostTag: cfg.hostTag });
+
+    // Killed in the instant the box is held still for its snapshot: the retry takes the
+    // snapshot and thaws the box.
+    await killWorker(worker);
+    worker = await startWorkerProcess(host, { BOXHOST_TEST_CRASH_AT: 'snapshot:paused' });
+    const pending = call('POST', `${P}/crashs/boxes/s/snapshots`, { name: 'one' });
+    const exit = await Promise.race([workerExit(worker), sleep(60_000).then(() => 'still alive after 60 s')]);
+    t.same(exit, { code: null, signal: 'SIGKILL' }, 'the worker died at snapshot:paused');
+    t.equal(await runtime.status(made.body.id), 'paused', 'with the box held still');
+    await restart();
+    const taken = await pending;
+    if (taken.status === 202) {
+      const op = (await call('GET', `/v1/operations/${taken.headers.get('operation-id')}/wait?timeout=120`)).body;
+      t.equal(op.status, 'succeeded', `the snapshot converged: ${JSON.stringify(op)}`);
+    } else {
+      t.equal(taken.status, 201, taken.text);
+    }
+    t.equal(await runtime.status(made.body.id), 'running', 'the box runs again (thawed)');
+    t.same((await call('GET', `${P}/crashs/boxes/s/snapshots`)).body.snapshots.map((x: any) => x.name), ['one']);
+
+    // Killed with the container stopped and the root not yet rolled back.
+    await call('POST', `${P}/crashs/boxes/s/exec`, { command: ['sh', '-c', 'echo two > /root/f'] });
+    const { opId } = await dieAt(t, 'restore:stopped', () => call('POST', `${P}/crashs/boxes/s/snapshots/one/restore`));
+    t.equal((await boxRow('crashs', 's')).status, 'restoring', 'the box was restoring');
+    t.equal(await runtime.status(made.body.id), null, 'its container was stopped');
+    await converged(t, opId, 'crashs', 's', { snapshots: 1 });
+    t.equal((await call('POST', `${P}/crashs/boxes/s/exec`, { command: ['cat', '/root/f'] })).body.stdout, 'one\n', "the snapshot's files");
   });
 
   t.test('delete', async (t) => {

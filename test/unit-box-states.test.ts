@@ -3,16 +3,17 @@
  * not derived from TRANSITIONS, so a change to the machine shows up as a failing row.
  */
 import t from 'tap';
-import { allowed, BOX_STATUSES, BoxAction, BoxStatus, canExec, canFork, canUpdate, projectedStatus, Repair, repairFor, TRANSITIONAL, TRANSITIONS } from '../core/box';
+import { allowed, BOX_STATUSES, BoxAction, BoxStatus, canExec, canFork, canSnapshot, canUpdate, projectedStatus, Repair, repairFor, TRANSITIONAL, TRANSITIONS } from '../core/box';
 
 const STATUSES: BoxStatus[] = ['creating', 'running', 'stopping', 'stopped', 'resuming', 'restoring', 'deleting', 'failed'];
-const ACTIONS: BoxAction[] = ['create', 'stop', 'resume', 'delete'];
+const ACTIONS: BoxAction[] = ['create', 'stop', 'resume', 'restore', 'delete'];
 
 t.test('the transitions and the status lists', async (t) => {
   t.same(TRANSITIONS, {
     create: { from: [], during: 'creating', after: 'running' },
     stop: { from: ['running'], during: 'stopping', after: 'stopped' },
     resume: { from: ['stopped'], during: 'resuming', after: 'running' },
+    restore: { from: ['running', 'stopped'], during: 'restoring', after: 'running' },
     delete: { from: ['running', 'stopped', 'failed'], during: 'deleting', after: 'gone' },
   });
   t.same([...TRANSITIONAL].sort(), ['creating', 'deleting', 'restoring', 'resuming', 'stopping']);
@@ -33,6 +34,8 @@ t.test('projectedStatus runs the queued actions in order', async (t) => {
     ['stopped', ['delete'], 'deleting'],
     ['failed', ['delete'], 'deleting'],
     ['creating', ['create', 'delete'], 'deleting'],
+    ['stopped', ['restore'], 'running'],
+    ['restoring', ['restore', 'stop'], 'stopped'],
   ];
   for (const [current, pending, expected] of cases) {
     t.equal(projectedStatus(current, pending), expected, `${current} + [${pending.join(', ')}] → ${expected}`);
@@ -42,9 +45,9 @@ t.test('projectedStatus runs the queued actions in order', async (t) => {
 t.test('every action from every status, nothing queued', async (t) => {
   const allowedFrom: Record<BoxStatus, BoxAction[]> = {
     creating: [],
-    running: ['stop', 'delete'],
+    running: ['stop', 'restore', 'delete'],
     stopping: [],
-    stopped: ['resume', 'delete'],
+    stopped: ['resume', 'restore', 'delete'],
     resuming: [],
     restoring: [],
     deleting: [],
@@ -60,11 +63,12 @@ t.test('every action from every status, nothing queued', async (t) => {
 t.test('actions queued behind others are judged on the projected status', async (t) => {
   const cases: [BoxStatus, BoxAction[], BoxAction[]][] = [
     // [current, pending, the actions allowed next]
-    ['creating', ['create'], ['stop', 'delete']],
-    ['running', ['stop'], ['resume', 'delete']],
-    ['stopping', ['stop'], ['resume', 'delete']],
-    ['running', ['stop', 'resume'], ['stop', 'delete']],
-    ['stopped', ['resume'], ['stop', 'delete']],
+    ['creating', ['create'], ['stop', 'restore', 'delete']],
+    ['running', ['stop'], ['resume', 'restore', 'delete']],
+    ['stopping', ['stop'], ['resume', 'restore', 'delete']],
+    ['running', ['stop', 'resume'], ['stop', 'restore', 'delete']],
+    ['stopped', ['resume'], ['stop', 'restore', 'delete']],
+    ['stopped', ['restore'], ['stop', 'restore', 'delete']],
     ['running', ['stop', 'resume', 'delete'], []],
     ['running', ['delete'], []],
     ['failed', ['delete'], []],
@@ -89,19 +93,19 @@ t.test('a queued delete refuses everything after it, from any status', async (t)
   }
 });
 
-t.test('exec, fork and update by status', async (t) => {
-  const table: Record<BoxStatus, { exec: boolean; fork: boolean; update: boolean }> = {
-    creating: { exec: false, fork: false, update: true },
-    running: { exec: true, fork: true, update: true },
-    stopping: { exec: false, fork: false, update: true },
-    stopped: { exec: false, fork: true, update: true },
-    resuming: { exec: false, fork: false, update: true },
-    restoring: { exec: false, fork: false, update: true },
-    deleting: { exec: false, fork: false, update: false },
-    failed: { exec: false, fork: false, update: true },
+t.test('exec, fork, snapshot and update by status', async (t) => {
+  const table: Record<BoxStatus, { exec: boolean; fork: boolean; snapshot: boolean; update: boolean }> = {
+    creating: { exec: false, fork: false, snapshot: false, update: true },
+    running: { exec: true, fork: true, snapshot: true, update: true },
+    stopping: { exec: false, fork: false, snapshot: false, update: true },
+    stopped: { exec: false, fork: true, snapshot: true, update: true },
+    resuming: { exec: false, fork: false, snapshot: false, update: true },
+    restoring: { exec: false, fork: false, snapshot: false, update: true },
+    deleting: { exec: false, fork: false, snapshot: false, update: false },
+    failed: { exec: false, fork: false, snapshot: false, update: true },
   };
   for (const status of STATUSES) {
-    t.same({ exec: canExec(status), fork: canFork(status), update: canUpdate(status) }, table[status], status);
+    t.same({ exec: canExec(status), fork: canFork(status), snapshot: canSnapshot(status), update: canUpdate(status) }, table[status], status);
   }
 });
 

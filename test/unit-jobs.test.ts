@@ -21,6 +21,8 @@ import { createBoxJob } from '../jobs/boxCreate';
 import { stopBoxJob } from '../jobs/boxStop';
 import { resumeBoxJob } from '../jobs/boxResume';
 import { deleteBoxJob } from '../jobs/boxDelete';
+import { snapshotBoxJob } from '../jobs/boxSnapshot';
+import { restoreBoxJob } from '../jobs/boxRestore';
 import { BoxSteps } from '../workers/boxSteps';
 import { createMockDrivers } from '../workers/mockDrivers';
 
@@ -301,4 +303,68 @@ t.test('a stop queued behind a create that then failed is refused and leaves the
   const retried = await runLikeWorker(deleteBoxJob, { boxId: box.id }, h.steps);
   t.equal(retried.error, undefined, 'a failed box can still be deleted');
   t.equal(await row(box.id), undefined);
+});
+
+t.test('snapshot: a running box is paused for it and resumed, also when the snapshot fails', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  const paused: (string | null)[] = [];
+  const take = h.storage.snapshotBoxRoot.bind(h.storage);
+  h.storage.snapshotBoxRoot = async (id, name, description) => {
+    paused.push(await h.runtime.status(id));
+    return take(id, name, description);
+  };
+  await snapshotBoxJob.run(jobContext(h.steps, { boxId: box.id, name: 's1', description: 'first' }, 1, 5));
+  t.same(paused, ['paused'], 'the container was paused while the snapshot was taken');
+  t.equal(await h.runtime.status(box.id), 'running', 'and runs after');
+  t.match(await h.storage.listBoxSnapshots(box.id), [{ name: 's1', description: 'first' }]);
+  t.equal((await row(box.id))!.status, 'running', 'the status never changed');
+
+  h.storage.failNext('snapshotBoxRoot', new Error('zfs snapshot: out of space'));
+  await t.rejects(snapshotBoxJob.run(jobContext(h.steps, { boxId: box.id, name: 's2' }, 1, 5)), /out of space/);
+  t.equal(await h.runtime.status(box.id), 'running', 'a failed snapshot still resumes the box');
+  await snapshotBoxJob.run(jobContext(h.steps, { boxId: box.id, name: 's2' }, 2, 5));
+  await snapshotBoxJob.run(jobContext(h.steps, { boxId: box.id, name: 's2' }, 3, 5));
+  t.same((await h.storage.listBoxSnapshots(box.id)).map((s) => s.name), ['s1', 's2'], 'a retry after success changes nothing');
+
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  await snapshotBoxJob.run(jobContext(h.steps, { boxId: box.id, name: 'cold' }, 1, 5));
+  t.equal(await h.runtime.status(box.id), null, 'a stopped box stays stopped');
+
+  await boxesRepo.update(db, box.id, { status: 'deleting' });
+  const refused = await runLikeWorker(snapshotBoxJob, { boxId: box.id, name: 'late' }, h.steps);
+  t.equal(refused.attempts, 1, 'a box on its way out: refused at once');
+  t.match(refused.error?.message, /is deleting/);
+});
+
+t.test('restore: stop, roll back, start; refused before anything when later snapshots depend on it', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  await h.steps.snapshot(box, 's1');
+  await h.steps.snapshot(box, 's2');
+  const refused = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 's1' }, h.steps);
+  t.equal(refused.attempts, 1, 'refused at once');
+  t.match(refused.error?.message, /snapshot s2 made after it would be lost/);
+  t.match(await row(box.id), { status: 'running', error: null }, 'the box is left as it was');
+  t.equal(await h.runtime.status(box.id), 'running', 'still running');
+  t.same(h.storage.rollbacks, []);
+
+  const starts = h.runtime.starts.length;
+  await restoreBoxJob.run(jobContext(h.steps, { boxId: box.id, snapshot: 's2' }, 1, 5));
+  t.same(h.storage.rollbacks, [`${box.id}@s2`]);
+  t.equal(h.runtime.starts.length, starts + 1, 'started again');
+  t.match(await row(box.id), { status: 'running', error: null });
+
+  // A fault after the status changed: restoring until a retry finishes it.
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  h.storage.failNext('rollbackBoxRoot', new Error('dataset is busy'));
+  await t.rejects(restoreBoxJob.run(jobContext(h.steps, { boxId: box.id, snapshot: 's2' }, 1, 5)), /busy/);
+  t.equal((await row(box.id))!.status, 'restoring');
+  await restoreBoxJob.run(jobContext(h.steps, { boxId: box.id, snapshot: 's2' }, 2, 5));
+  t.match(await row(box.id), { status: 'running' }, 'a stopped box comes back running');
+  t.equal(await h.runtime.status(box.id), 'running');
+
+  const gone = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 'nope' }, h.steps);
+  t.match(gone.error?.message, /has no snapshot nope/);
+  t.equal((await row(box.id))!.status, 'running');
 });

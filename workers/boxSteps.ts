@@ -104,6 +104,29 @@ export class BoxSteps implements BoxHost {
     await this.d.runtime.stop(box.id, Math.min(box.termination_grace_period_seconds ?? 10, MAX_GRACE_SECONDS));
   }
 
+  async snapshot(box: BoxRecord, name: string, description?: string): Promise<void> {
+    await this.d.runtime.pause(box.id);
+    try {
+      crashPoint('snapshot:paused');
+      await this.d.storage.snapshotBoxRoot(box.id, name, description);
+    } finally {
+      await this.d.runtime.unpause(box.id);
+    }
+  }
+
+  restoreBlockers(box: BoxRecord, snapshot: string): Promise<{ snapshots: string[]; forks: string[] }> {
+    return this.d.storage.rollbackBlockers(box.id, snapshot);
+  }
+
+  /** Each step is one a retry can take again: a stopped container stays stopped, a root rolled
+   *  back rolls back to the same snapshot, a running box is left running. */
+  async restore(box: BoxRecord, snapshot: string): Promise<void> {
+    await this.stop(box);
+    crashPoint('restore:stopped');
+    await this.d.storage.rollbackBoxRoot(box.id, snapshot);
+    await this.start(box);
+  }
+
   /** Removes the box's objects; the project's bridge and rules go with its last box here. */
   async destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void> {
     crashPoint('destroy');

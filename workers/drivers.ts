@@ -1,8 +1,8 @@
 import type { BaseRef, IdMap, RootSource } from '../core/box';
 import type { Readable, Writable } from 'node:stream';
-import type { ExecRequest, ExecResult } from '../cluster/types';
+import type { BoxSnapshotInfo, ExecRequest, ExecResult } from '../cluster/types';
 
-export type { BaseRef, IdMap, RootSource };
+export type { BaseRef, BoxSnapshotInfo, IdMap, RootSource };
 
 /**
  * The narrow interfaces between job handlers and the host. One file per backend implements
@@ -85,9 +85,18 @@ export interface StorageDriver {
   /** Ids of all box roots in the pool (for reconciliation). */
   listBoxRoots(): Promise<string[]>;
 
-  snapshotBoxRoot(boxId: string, snapshot: string): Promise<void>;
+  /** Takes a user snapshot of the root (`description`: one line, kept with it). Idempotent. */
+  snapshotBoxRoot(boxId: string, snapshot: string, description?: string): Promise<void>;
+  /** Forks made from it keep working (its blocks stay, under an internal name, until they go). */
   destroyBoxSnapshot(boxId: string, snapshot: string): Promise<void>;
-  listBoxSnapshots(boxId: string): Promise<{ name: string; createdAt: string; sizeBytes: number }[]>;
+  /** User snapshots, oldest first. */
+  listBoxSnapshots(boxId: string): Promise<BoxSnapshotInfo[]>;
+  /** What a rollback to `snapshot` would destroy that others use: later user snapshots, and
+   *  boxes forked from the root after it (box ids). */
+  rollbackBlockers(boxId: string, snapshot: string): Promise<{ snapshots: string[]; forks: string[] }>;
+  /** Brings the root back to `snapshot`, its container stopped; refused (StorageInUseError)
+   *  while `rollbackBlockers` names anything. Idempotent. */
+  rollbackBoxRoot(boxId: string, snapshot: string): Promise<void>;
 }
 
 export interface NetworkAttachment {
@@ -203,6 +212,11 @@ export interface RuntimeDriver {
   stop(boxId: string, graceSeconds: number): Promise<void>;
   /** Force-removes the container and its bundle and cgroups. Idempotent. */
   remove(boxId: string): Promise<void>;
+  /** Freezes every process of a running container (`runc pause`, the cgroup freezer): a still
+   *  moment for a consistent snapshot. A container that is not running is left as it is. */
+  pause(boxId: string): Promise<void>;
+  /** Thaws a paused container (`runc resume`); any other is left as it is. Idempotent. */
+  unpause(boxId: string): Promise<void>;
   /** Live cgroup limits (`runc update`). */
   update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void>;
   /** Runs a command and collects its output (capped), or starts it detached. */

@@ -43,8 +43,15 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
 
   for (const box of boxes) {
     if ((await operationsRepo.unfinishedForBox(ctx.db, box.id)).length > 0) continue;
-    const repair = repairFor(box.status, (await ctx.runtime.status(box.id)) === 'running');
+    const container = await ctx.runtime.status(box.id);
+    const repair = repairFor(box.status, container === 'running' || container === 'paused');
     try {
+      // Paused with nothing in flight: a snapshot's worker died in the instant it held the box
+      // still. It thaws (a stopped box's container is stopped below, paused or not).
+      if (container === 'paused' && box.status === 'running') {
+        await ctx.runtime.unpause(box.id);
+        report.restarted.push(box.id);
+      }
       if (repair === 'start') {
         if (!(await ctx.storage.hasBoxRoot(box.id))) throw new Error('its root dataset is gone');
         await ctx.boxes.start(box);

@@ -40,6 +40,11 @@ import deleteService from './services/delete';
 import serviceLogs from './services/logs';
 import publishService from './services/publish';
 import unpublishService from './services/unpublish';
+import createSnapshot from './snapshots/create';
+import listSnapshots from './snapshots/list';
+import getSnapshot from './snapshots/get';
+import restoreSnapshot from './snapshots/restore';
+import deleteSnapshot from './snapshots/delete';
 import createTicket from './tickets/create';
 import getFile from './files/get';
 import putFile from './files/put';
@@ -63,6 +68,7 @@ export const routes: RouteDef[] = [
   createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
   publishBox, unpublishBox,
   startService, listServices, getService, stopService, resumeService, restartService, deleteService, serviceLogs, publishService, unpublishService,
+  createSnapshot, listSnapshots, getSnapshot, restoreSnapshot, deleteSnapshot,
   statFile, listFiles, getFile, putFile, deleteFile,
   createTicket,
   listNodes, getNode, updateNode, deleteNode,

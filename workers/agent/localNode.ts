@@ -217,6 +217,14 @@ export class LocalNode implements NodeClient {
     return this.storage.listBoxSnapshots(boxId);
   }
 
+  deleteSnapshot(boxId: string, name: string): Promise<void> {
+    return this.storage.destroyBoxSnapshot(boxId, name);
+  }
+
+  restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }> {
+    return this.storage.rollbackBlockers(boxId, name);
+  }
+
   /** Set by the storage watchdog while it brings the storage back (why it had to). */
   storageRecovering: string | null = null;
 

@@ -8,7 +8,7 @@ import type { Logger } from '../../core/logger';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Server as WebSocketServer } from 'ws';
-import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, execSessionSchema, FILE_STAT_HEADER, limitsSchema, serviceCallSchema, TUNNEL_PROTOCOL } from '../../cluster/protocol';
+import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, execSessionSchema, FILE_STAT_HEADER, limitsSchema, serviceCallSchema, snapshotNameSchema, TUNNEL_PROTOCOL } from '../../cluster/protocol';
 import { bridgeSession } from '../../cluster/wsSession';
 import type { LocalNode } from './localNode';
 import { versionInfo } from '../../core/version';
@@ -114,6 +114,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   });
   app.post(agentRoutes.limits, handle(async (req) => opts.node.updateLimits(await box(req), check(limitsSchema, req.body))));
   app.get(agentRoutes.snapshots, handle(async (req) => ({ snapshots: await opts.node.listSnapshots(await box(req)) })));
+  app.delete(agentRoutes.snapshots, handle(async (req) => opts.node.deleteSnapshot(await box(req), check(snapshotNameSchema, req.query.name))));
+  app.get(agentRoutes.snapshotBlockers, handle(async (req) => opts.node.restoreBlockers(await box(req), check(snapshotNameSchema, req.query.name))));
 
   // Files: the path in `?path=`; bytes stream both ways (docs/files.md).
   const pathOf = (req: Request): string => {

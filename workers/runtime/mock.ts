@@ -189,6 +189,16 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
     return this.wedgedAgents.has(boxId) ? 'unresponsive' : 'ok';
   }
 
+  async pause(boxId: string): Promise<void> {
+    this.fault('pause');
+    if (this.containers.get(boxId) === 'running') this.containers.set(boxId, 'paused');
+  }
+
+  async unpause(boxId: string): Promise<void> {
+    this.fault('unpause');
+    if (this.containers.get(boxId) === 'paused') this.containers.set(boxId, 'running');
+  }
+
   async update(boxId: string, limits: { cpus?: number; ramMb?: number }): Promise<void> {
     this.fault('update');
     if (this.containers.get(boxId) !== 'running') throw new BoxNotRunningError(`container of box ${boxId} is not running`);

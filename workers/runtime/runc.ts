@@ -431,6 +431,16 @@ export class RuncRuntime implements RuntimeDriver {
     }
   }
 
+  async pause(boxId: string): Promise<void> {
+    if ((await this.status(boxId)) !== 'running') return;
+    await this.runc(['pause', this.containerId(boxId)]);
+  }
+
+  async unpause(boxId: string): Promise<void> {
+    if ((await this.status(boxId)) !== 'paused') return;
+    await this.runc(['resume', this.containerId(boxId)]);
+  }
+
   /** `runc update` with the same numbers a start would put in the spec (limits.ts). */
   async update(boxId: string, limits: BoxLimits): Promise<void> {
     const cid = this.containerId(boxId);

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { BaseRef, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
+import type { BaseRef, BoxSnapshotInfo, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
 import { StorageInUseError } from './zfs';
 import { WithFaults } from '../mockFaults';
 
@@ -16,8 +16,8 @@ export interface MockBoxRoot {
   storageGb?: number;
   /** The id range its files were shifted into (a fork inherits its source's). */
   idMap?: IdMap;
-  /** User snapshots (name → creation time), in creation order. */
-  snapshots: Map<string, string>;
+  /** User snapshots (name → creation time, description), in creation order. */
+  snapshots: Map<string, { createdAt: string; description?: string }>;
 }
 
 type Method = keyof StorageDriver;
@@ -35,6 +35,8 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   failHealth?: string;
   private readonly bases = new Map<string, { base: BaseRef; sizeBytes: number }>();
   private readonly roots = new Map<string, MockBoxRoot>();
+  /** `box@snapshot` of every rollback, in order (what a test asserts on). */
+  readonly rollbacks: string[] = [];
 
   constructor(private readonly opts: { capacityGb?: number; mountRoot?: string; rootLimit?: number } = {}) {
     super();
@@ -171,11 +173,11 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
     return [...this.roots.keys()];
   }
 
-  async snapshotBoxRoot(boxId: string, snapshot: string): Promise<void> {
+  async snapshotBoxRoot(boxId: string, snapshot: string, description?: string): Promise<void> {
     this.fault('snapshotBoxRoot');
     const r = this.roots.get(boxId);
     if (!r) throw new Error(`box root ${boxId} does not exist`);
-    if (!r.snapshots.has(snapshot)) r.snapshots.set(snapshot, new Date().toISOString());
+    if (!r.snapshots.has(snapshot)) r.snapshots.set(snapshot, { createdAt: new Date().toISOString(), description });
   }
 
   /** Forks made from the snapshot keep working: the mock holds no data they could lose. */
@@ -184,11 +186,27 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
     this.roots.get(boxId)?.snapshots.delete(snapshot);
   }
 
-  async listBoxSnapshots(boxId: string): Promise<{ name: string; createdAt: string; sizeBytes: number }[]> {
+  async listBoxSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
     this.fault('listBoxSnapshots');
     const r = this.roots.get(boxId);
     if (!r) throw new Error(`box root ${boxId} does not exist`);
-    return [...r.snapshots].map(([name, createdAt]) => ({ name, createdAt, sizeBytes: 0 }));
+    return [...r.snapshots].map(([name, s]) => ({ name, createdAt: s.createdAt, sizeBytes: 0, ...(s.description ? { description: s.description } : {}) }));
+  }
+
+  /** Later snapshots block a rollback; forks made after it, the mock does not track. */
+  async rollbackBlockers(boxId: string, snapshot: string): Promise<{ snapshots: string[]; forks: string[] }> {
+    this.fault('rollbackBlockers');
+    const names = (await this.listBoxSnapshots(boxId)).map((s) => s.name);
+    const at = names.indexOf(snapshot);
+    if (at < 0) throw new Error(`box ${boxId} has no snapshot ${snapshot}`);
+    return { snapshots: names.slice(at + 1), forks: [] };
+  }
+
+  async rollbackBoxRoot(boxId: string, snapshot: string): Promise<void> {
+    this.fault('rollbackBoxRoot');
+    const blockers = await this.rollbackBlockers(boxId, snapshot);
+    if (blockers.snapshots.length) throw new StorageInUseError(`box ${boxId} has snapshots after ${snapshot}`, blockers.snapshots.map((n) => `snapshot ${n}`));
+    this.rollbacks.push(`${boxId}@${snapshot}`);
   }
 }
 

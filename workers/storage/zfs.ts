@@ -50,6 +50,7 @@ export interface BoxSnapshotInfo {
   /** RFC 3339 UTC with milliseconds. */
   createdAt: string;
   sizeBytes: number;
+  description?: string;
 }
 
 /** A base still has box roots cloned from it; the API answers 409. */
@@ -74,6 +75,8 @@ const INTERNAL = '_';
 const IDMAP_PROP = 'boxhost:idmap';
 /** User property of a shifted base copy being made: `<pid>` of the process making it. */
 const MAKER_PROP = 'boxhost:maker';
+/** User property of a box snapshot: the description its maker gave (one line, no tabs). */
+const DESCRIPTION_PROP = 'boxhost:description';
 /** Box roots (and data volumes) never honour setuid bits or device nodes. */
 const PRIVATE_MOUNT = ['setuid=off', 'devices=off'];
 
@@ -640,13 +643,57 @@ export class ZfsStorage implements StorageDriver {
 
   // ---------------------------------------------------------------- box snapshots
 
-  async snapshotBoxRoot(boxId: string, snapshot: string): Promise<void> {
+  async snapshotBoxRoot(boxId: string, snapshot: string, description?: string): Promise<void> {
     checkUserSnapshot(snapshot);
+    if (description !== undefined && /[\x00-\x1f\x7f]/.test(description)) throw new Error('a snapshot description is one line without control characters');
     const snap = `${this.boxDataset(boxId)}@${snapshot}`;
-    const r = await this.zfs(['snapshot', snap], true);
+    const args = ['snapshot', ...(description ? ['-o', `${DESCRIPTION_PROP}=${description}`] : []), snap];
+    const r = await this.zfs(args, true);
     if (r.exitCode === 0 || isExists(r.stderr)) return;
     if (isMissing(r.stderr)) throw new Error(`box root ${boxId} does not exist`);
-    throw new CommandError([this.zfsBin, 'snapshot', snap], r.exitCode, r.stdout, r.stderr);
+    throw new CommandError([this.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
+  }
+
+  /**
+   * What a rollback to `snapshot` would take from the box's other users: the user snapshots
+   * taken after it (`zfs rollback` destroys them) and the boxes forked from the root after it
+   * (their origins are internal snapshots after it). Both empty: the rollback loses nothing
+   * but the root's changes since the snapshot.
+   */
+  async rollbackBlockers(boxId: string, snapshot: string): Promise<{ snapshots: string[]; forks: string[] }> {
+    checkUserSnapshot(snapshot);
+    const ds = this.boxDataset(boxId);
+    const all = await this.snapshotsOf(ds);
+    const at = all.indexOf(`${ds}@${snapshot}`);
+    if (at < 0) throw new Error(`box ${boxId} has no snapshot ${snapshot}`);
+    const later = all.slice(at + 1);
+    const clones = later.some((s) => snapName(s).startsWith(INTERNAL)) ? await this.snapshotClones(ds) : new Map<string, string[]>();
+    return {
+      snapshots: later.map(snapName).filter((n) => !n.startsWith(INTERNAL)),
+      forks: later.flatMap((s) => clones.get(s) ?? []).map((c) => this.boxIdOf(c) ?? c),
+    };
+  }
+
+  /**
+   * Brings the root back to `snapshot` (its container stopped by the caller). Refused with
+   * StorageInUseError, before anything changes, while later snapshots or forks depend on what
+   * the rollback would destroy; internal snapshots no fork needs any more go with it.
+   * Idempotent. A snapshot taken before the root was shifted into its id range marks the root
+   * unshifted again, so its next start shifts it (`prepareBoxRoot`).
+   */
+  async rollbackBoxRoot(boxId: string, snapshot: string): Promise<void> {
+    const ds = this.boxDataset(boxId);
+    const snap = `${ds}@${snapshot}`;
+    await serialized(this.pool, async () => {
+      const blockers = await this.rollbackBlockers(boxId, snapshot);
+      const dependents = [...blockers.snapshots.map((n) => `snapshot ${n}`), ...blockers.forks.map((b) => `fork ${b}`)];
+      if (dependents.length > 0) throw new StorageInUseError(`box ${boxId} has ${dependents.join(', ')} after snapshot ${snapshot}`, dependents);
+      await this.retryBusy(`zfs rollback ${snap}`, async () => {
+        const r = await this.zfs(['rollback', '-r', snap], true);
+        return r.exitCode === 0 ? null : r;
+      });
+      if ((await this.prop(snap, IDMAP_PROP)) === 'none') await this.zfs(['set', `${IDMAP_PROP}=none`, ds]);
+    });
   }
 
   async destroyBoxSnapshot(boxId: string, snapshot: string): Promise<void> {
@@ -673,13 +720,17 @@ export class ZfsStorage implements StorageDriver {
     }
     const snaps = lines(r.stdout).filter((s) => s.startsWith(`${ds}@`) && !snapName(s).startsWith(INTERNAL));
     if (snaps.length === 0) return [];
-    const props = await this.props(snaps, ['creation', 'used']);
+    const props = await this.props(snaps, ['creation', 'used', DESCRIPTION_PROP], true);
     // `zfs list` answers snapshots in creation order (createtxg), finer than `creation` seconds.
-    return snaps.map((s) => ({
-      name: snapName(s),
-      createdAt: new Date(Number(props.get(s)?.get('creation') ?? 0) * 1000).toISOString(),
-      sizeBytes: Number(props.get(s)?.get('used') ?? 0),
-    }));
+    return snaps.map((s) => {
+      const description = props.get(s)?.get(DESCRIPTION_PROP);
+      return {
+        name: snapName(s),
+        createdAt: new Date(Number(props.get(s)?.get('creation') ?? 0) * 1000).toISOString(),
+        sizeBytes: Number(props.get(s)?.get('used') ?? 0),
+        ...(description !== undefined ? { description } : {}),
+      };
+    });
   }
 
   // ---------------------------------------------------------------- internals: naming
@@ -831,12 +882,15 @@ export class ZfsStorage implements StorageDriver {
     return (await this.zfs(['get', '-Hp', '-o', 'value', property, name])).stdout.trim();
   }
 
-  private async props(names: string[], properties: string[]): Promise<Map<string, Map<string, string>>> {
-    const r = await this.zfs(['get', '-Hp', '-o', 'name,property,value', properties.join(','), ...names]);
+  /** Property values by dataset; with `setOnly`, a user property that is not set (source `-`)
+   *  is left out rather than answered as `-`. */
+  private async props(names: string[], properties: string[], setOnly = false): Promise<Map<string, Map<string, string>>> {
+    const r = await this.zfs(['get', '-Hp', '-o', 'name,property,value,source', properties.join(','), ...names]);
     const out = new Map<string, Map<string, string>>();
     for (const line of lines(r.stdout)) {
-      const [name, property, value] = line.split('\t');
+      const [name, property, value, source] = line.split('\t');
       if (!out.has(name)) out.set(name, new Map());
+      if (setOnly && property.includes(':') && source === '-') continue;
       out.get(name)!.set(property, value);
     }
     return out;
@@ -894,7 +948,13 @@ export class ZfsStorage implements StorageDriver {
   private async hide(snap: string): Promise<string> {
     const [ds, name] = snap.split('@');
     const hidden = `${ds}@${INTERNAL}${name.replace(/^_+/, '')}.${crypto.randomBytes(4).toString('hex')}`;
-    await this.zfs(['rename', snap, hidden]);
+    const r = await this.zfs(['rename', snap, hidden], true);
+    // zfs-fuse renames, then tries to remount the snapshot's clones, which fails for a clone in
+    // use (a running fork's root: "cannot mount …: dataset is busy"). The clone was never
+    // unmounted; the rename is done.
+    if (r.exitCode !== 0 && !((await this.exists(hidden)) && !(await this.exists(snap)))) {
+      throw new CommandError([this.zfsBin, 'rename', snap, hidden], r.exitCode, r.stdout, r.stderr);
+    }
     return hidden;
   }
 

@@ -1,0 +1,65 @@
+import type { Command } from 'commander';
+import type { Box, BoxSnapshot, BoxSnapshotList } from '../../core/apiTypes';
+import { apiPath, ApiResponse } from '../client';
+import { action, Ctx, projectOption } from '../context';
+import { finishJob } from '../jobs';
+import { formatTime, printFields, printTable, say } from '../output';
+import { showBox } from './boxes';
+
+const snapshotsPath = (ctx: Ctx, project: string | undefined, box: string) => apiPath('v1', 'projects', ctx.project(project), 'boxes', box, 'snapshots');
+const snapshotPath = (ctx: Ctx, project: string | undefined, box: string, name: string) => `${snapshotsPath(ctx, project, box)}/${encodeURIComponent(name)}`;
+
+const bytes = (n: number) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(1)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+
+const showSnapshot = (s: BoxSnapshot) =>
+  printFields([
+    ['name', s.name],
+    ['created', formatTime(s.created_at)],
+    ['size', bytes(s.size_bytes)],
+    ['description', s.description],
+  ]);
+
+/** `box snapshot create|ls|get|restore|rm`: checkpoints of a box's root (docs/snapshots.md). */
+export function register(program: Command): void {
+  const snap = program.command('snapshot').alias('snap').description("checkpoints of a box's root: take, list, restore, delete; fork one with box create NEW --fork BOX@SNAPSHOT");
+
+  projectOption(snap.command('create <box> <name>').description('snapshot a box (a running box is paused for the instant of it): box snapshot create web before-upgrade -d "before apt upgrade"'))
+    .option('-d, --description <text>', 'one line kept with the snapshot')
+    .action(
+      action<{ project?: string; description?: string }>(async (ctx, [box, name], o) => {
+        const r = await ctx.client.request<BoxSnapshot | Box>('POST', snapshotsPath(ctx, o.project, box), { body: { name, ...(o.description !== undefined ? { description: o.description } : {}) } });
+        if (r.status === 201) return ctx.show(r.body as BoxSnapshot, (s) => say(`snapshot ${s.name} of box ${box} taken (${bytes(s.size_bytes)})`));
+        // Past 30 s the api answers the operation: follow it.
+        await finishJob(ctx, r as ApiResponse<Box>, { doing: 'snapshotting', done: 'snapshotted', what: `box ${box}` }, true, showBox);
+      }),
+    );
+
+  projectOption(snap.command('ls <box>').alias('list').description("a box's snapshots, oldest first")).action(
+    action<{ project?: string }>(async (ctx, [box], o) => {
+      const r = await ctx.client.request<BoxSnapshotList>('GET', snapshotsPath(ctx, o.project, box));
+      ctx.show(r.body, (l) => printTable(['NAME', 'CREATED', 'SIZE', 'DESCRIPTION'], l.snapshots.map((s) => [s.name, formatTime(s.created_at), bytes(s.size_bytes), s.description ?? '']), `box ${box} has no snapshots`));
+    }),
+  );
+
+  projectOption(snap.command('get <box> <name>').description('one snapshot of a box')).action(
+    action<{ project?: string }>(async (ctx, [box, name], o) => {
+      ctx.show((await ctx.client.request<BoxSnapshot>('GET', snapshotPath(ctx, o.project, box, name))).body, showSnapshot);
+    }),
+  );
+
+  projectOption(snap.command('restore <box> <name>').description("bring a box back to a snapshot: it stops, gets the snapshot's files and runs again"))
+    .option('--wait', 'wait for the restore to finish, showing progress')
+    .action(
+      action<{ project?: string; wait?: boolean }>(async (ctx, [box, name], o) => {
+        const r = await ctx.client.request<Box>('POST', `${snapshotPath(ctx, o.project, box, name)}/restore`);
+        await finishJob(ctx, r, { doing: 'restoring', done: 'restored', what: `box ${box} to ${name}` }, Boolean(o.wait), showBox);
+      }),
+    );
+
+  projectOption(snap.command('rm <box> <name>').alias('delete').description('delete a snapshot (boxes forked from it keep working)')).action(
+    action<{ project?: string }>(async (ctx, [box, name], o) => {
+      await ctx.client.request('DELETE', snapshotPath(ctx, o.project, box, name));
+      if (!ctx.json) say(`deleted snapshot ${name} of box ${box}`);
+    }),
+  );
+}
