@@ -7,7 +7,7 @@
  *   2. exec `true` through the API (boxd forks it in the box) vs `runc exec <the same box's container> true`; the same exec
  *      through a second api process, which reaches the node through its agent (HTTP), as an api
  *      on another machine would
- *   3. fork of a box holding 1 GiB vs fork of an empty box
+ *   3. fork of a box holding 1 GiB vs fork of an empty box; the same for a snapshot (POST …/snapshots, 201)
  *   4. scale (bench/scale.ts), on a second fresh host once the first is gone: 1000 boxes
  *      (1 cpu, 64 MB, 1 GB, in 2 projects of 500) created through the API 100 per batch, 10 at a
  *      time: create→running p50/p95 per hundred, the last hundred's p50 against the first's
@@ -581,6 +581,31 @@ async function main(): Promise<number> {
         empty_steps: steps('fork-empty'),
       };
       progress(`fork done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
+
+      // ---------------------------------------------------------- 3b. snapshot: 1 GiB vs empty
+      // POST …/snapshots answers once the job is done (201): pause, zfs snapshot, thaw.
+      profiler.phase = 'snapshot';
+      const snapOnce = async (box: string, name: string): Promise<number> => {
+        const t0 = nowMs();
+        const r = await api!.call('POST', `/v1/projects/${PROJECT}/boxes/${box}/snapshots`, { name });
+        const ms = nowMs() - t0;
+        if (r.status !== 201) throw new Error(`snapshot of ${box}: ${r.status} ${r.text}`);
+        const d = await api!.call('DELETE', `/v1/projects/${PROJECT}/boxes/${box}/snapshots/${name}`);
+        if (d.status !== 204) throw new Error(`snapshot delete of ${box}: ${d.status} ${d.text}`);
+        return ms;
+      };
+      await snapOnce('big', 'sw');
+      await snapOnce(empty.name, 'sw');
+      const snapBig: number[] = [];
+      const snapEmpty: number[] = [];
+      for (let i = 0; i < N_FORKS; i++) {
+        checkpoint();
+        snapBig.push(await snapOnce('big', `s${i}`));
+        snapEmpty.push(await snapOnce(empty.name, `s${i}`));
+      }
+      figures.push(figure(`snapshot ${BIG_MB >= 1024 ? `${BIG_MB / 1024} GiB` : `${BIG_MB} MiB`} box vs empty (${N_FORKS} each)`, snapBig, snapEmpty, 'snapshot of an empty box', TARGETS.fork));
+      results.snapshot = { big: summaryJson(summarize(snapBig)), empty: summaryJson(summarize(snapEmpty)) };
+      progress(`snapshot done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
     }
   } catch (e) {
     error = e as Error;

@@ -3,7 +3,7 @@ import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
 import { basesRepo } from '../db/repos/bases';
 import { operationsRepo } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
-import { allowed, BoxAction, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
+import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
 import { conflict, forbidden, invalidField, notFound } from '../core/errors';
 import type { Box, Publish } from '../core/apiTypes';
 import { publishesRepo } from '../db/repos/publishes';
@@ -221,7 +221,7 @@ export async function changeBoxState(ctx: DomainContext, identity: Identity, pro
 }
 
 /** The same for any action of the state machine, with the job message its payload needs. */
-export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>, message: (box: BoxRecord) => JobMessage<P>): Promise<Accepted<Box>> {
+export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create'>, message: (box: BoxRecord, from: BoxStatus) => JobMessage<P>): Promise<Accepted<Box>> {
   const current = await loadBox(ctx, identity, project, name);
   if (action === 'delete' && (await ctx.nodes.forgotten(current.node))) return forgetLostBox(ctx, identity, current);
   await ctx.nodes.assertUp(current.node);
@@ -233,8 +233,10 @@ export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, 
       const projected = projectedStatus(box.status, pending);
       throw conflict(`box ${project}/${name} is ${projected === box.status ? box.status : `going to be ${projected}`}; cannot ${action} it`);
     }
-    if (pending.length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });
-    return enqueueBoxJob(ctx, trx, box, message(box), identity);
+    // Shown at once only when nothing at all is ahead of it: a snapshot queued before it runs
+    // on the status the box has until this job's turn.
+    if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });
+    return enqueueBoxJob(ctx, trx, box, message(box, projectedStatus(box.status, pending)), identity);
   });
   return { operation, load: reload(ctx, current.id) };
 }

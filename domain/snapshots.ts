@@ -85,8 +85,13 @@ export async function createSnapshot(ctx: DomainContext, identity: Identity, pro
   });
   const done = await ctx.queue.waitFor(operation.id, waitMs);
   if (done?.status === 'succeeded') return { snapshot: await getSnapshot(ctx, identity, project, name, req.name) };
-  // Refused at its turn (the box was stopping, deleted) or failed for good: the reason is public.
-  if (done?.status === 'failed') throw conflict(`snapshot ${req.name} of box ${project}/${name} was not taken: ${done.error ?? 'it failed'}`);
+  if (done?.status === 'failed') {
+    // Refused at its turn (the box gone, or no longer running or stopped): 409. Anything else
+    // failed on the node (storage): 500 with the public reason the worker recorded.
+    const now = await boxesRepo.byId(ctx.db, current.id);
+    const why = `snapshot ${req.name} of box ${project}/${name} was not taken: ${done.error ?? 'it failed'}`;
+    throw !now || !canSnapshot(now.status) ? conflict(why) : new BoxhostError('internal', why);
+  }
   return { accepted: { operation, load: async () => {
     const b = await boxesRepo.byId(ctx.db, current.id);
     return b ? showBox(ctx, b) : null;
@@ -109,7 +114,8 @@ export async function restoreSnapshot(ctx: DomainContext, identity: Identity, pr
     throw new BoxhostError('conflict', `cannot restore box ${project}/${name} to ${snapshot}: ${names.join(', ')} ${names.length === 1 ? 'was' : 'were'} made after it and would be lost; delete ${names.length === 1 ? 'it' : 'them'} first`,
       names.map((n) => ({ field: 'snapshot', issue: `${n} depends on the state after ${snapshot}` })));
   }
-  return queueBoxAction(ctx, identity, project, name, 'restore', (b) => boxJobs.restore.of({ boxId: b.id, snapshot } satisfies BoxRestorePayload));
+  return queueBoxAction(ctx, identity, project, name, 'restore', (b, from) =>
+    boxJobs.restore.of({ boxId: b.id, snapshot, ...(from === 'running' || from === 'stopped' ? { from } : {}) } satisfies BoxRestorePayload));
 }
 
 /** Removes a snapshot (204). Forks made from it keep working. Refused while a queued restore
@@ -119,6 +125,11 @@ export async function deleteSnapshot(ctx: DomainContext, identity: Identity, pro
   if (!snapshots.some((s) => s.name === snapshot)) throw notFound(`snapshot ${snapshot} of box ${project}/${name}`);
   const restores = pendingOps(await operationsRepo.unfinishedForBox(ctx.db, box.id), boxJobs.restore.kind);
   if (restores.some((p) => p.snapshot === snapshot)) throw conflict(`box ${project}/${name} is being restored to ${snapshot}; delete it once that is done`);
+  // A fork of it still being made needs it until its clone exists.
+  const forks = pendingOps(await operationsRepo.unfinishedOnNode(ctx.db, box.node), boxJobs.create.kind);
+  if (forks.some((p) => { const src = p.source as { kind?: string; boxId?: string; snapshot?: string } | undefined; return src?.kind === 'box' && src.boxId === box.id && src.snapshot === snapshot; })) {
+    throw conflict(`a box is being forked from ${name}@${snapshot}; delete the snapshot once that is done`);
+  }
   await node.deleteSnapshot(box.id, snapshot);
 }
 

@@ -19,6 +19,9 @@ export interface BoxSnapshotPayload extends BoxRef {
 
 export interface BoxRestorePayload extends BoxRef {
   snapshot: string;
+  /** The status the box had when the restore was asked for (running or stopped): where a
+   *  refused restore leaves it. */
+  from?: 'running' | 'stopped';
 }
 
 const boxId = Joi.string().pattern(/^[a-z0-9]{1,32}$/).required();
@@ -35,7 +38,7 @@ export const boxJobs = {
   create: jobType<BoxCreatePayload>('box.create', Joi.object<BoxCreatePayload>({ boxId, source: rootSource.required() })),
   stop: jobType<BoxRef>('box.stop', boxRef),
   resume: jobType<BoxRef>('box.resume', boxRef),
-  restore: jobType<BoxRestorePayload>('box.restore', Joi.object<BoxRestorePayload>({ boxId, snapshot: snapshotName.required() })),
+  restore: jobType<BoxRestorePayload>('box.restore', Joi.object<BoxRestorePayload>({ boxId, snapshot: snapshotName.required(), from: Joi.valid('running', 'stopped') })),
   delete: jobType<BoxRef>('box.delete', boxRef),
 } as const satisfies Record<BoxAction, unknown>;
 

@@ -29,9 +29,15 @@ export const defineBoxTransition = <P extends BoxRef = BoxRef>(
       if (box.status !== t.during && !t.from.includes(box.status)) {
         throw new JobRefused(`box is ${box.status}${box.error ? ` (${box.error})` : ''}; cannot ${action} it`);
       }
-      if (precheck && box.status !== t.during) await precheck(node, box, payload);
-      await boxesRepo.update(db, box.id, { status: t.during });
-      await step(node, box, payload);
+      try {
+        if (precheck) await precheck(node, box, payload);
+        await boxesRepo.update(db, box.id, { status: t.during });
+        await step(node, box, payload);
+      } catch (e) {
+        // A refusal says where the box is left; its transitional status must not stay behind.
+        if (e instanceof JobRefused && e.leaveStatus) await boxesRepo.update(db, box.id, { status: e.leaveStatus });
+        throw e;
+      }
       if (t.after === 'gone') await boxesRepo.remove(db, box.id);
       else await boxesRepo.update(db, box.id, { status: t.after, error: null });
     },

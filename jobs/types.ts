@@ -3,6 +3,7 @@ import { UnrecoverableError } from 'bullmq';
 import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
 import type { BoxHost } from './ports';
+import type { BoxStatus } from '../core/box';
 
 /** What every job carries besides its kind's own payload. */
 export interface JobEnvelope<P = unknown> {
@@ -60,4 +61,9 @@ export const defineJob = <P>(handler: JobHandler<P>): JobHandler<P> => handler;
  *  fails at once, without retries, and leaves the resource as it is. */
 export class JobRefused extends UnrecoverableError {
   override name = 'JobRefused';
+  /** For a box transition refused after the box showed its transitional status: the status it
+   *  is left in (what it really is, nothing having changed, or the job having put it back). */
+  constructor(message: string, readonly leaveStatus?: BoxStatus) {
+    super(message);
+  }
 }

@@ -4,16 +4,18 @@ import { startTestHost } from './helpers/host';
 import { hostInventory, rowCounts } from './helpers/hostState';
 
 /**
- * Issue 13's scale: 600 boxes in one project on one node (past the 253 a project's /24 used to
+ * Issue 13's scale: 300 boxes in one project on one node (past the 253 a project's /24 used to
  * hold), created 20 at a time through the HTTP API, all running at distinct addresses of the
- * project's block; the next one past a limit (here the project's boxes quota of 600) is refused
+ * project's block; the next one past a limit (here the project's boxes quota of 300) is refused
  * up front, before any row or job; then all deleted 20 at a time, leaving nothing on the host.
- * BOXHOST_TEST_SCALE_BOXES runs it with another count (a quick look at the timing).
+ * BOXHOST_TEST_SCALE_BOXES runs it with another count: 600 took 7 to 14 minutes of the suite on
+ * the 2-core build machine (each batch slower as zfs-fuse holds more mounts), so the suite
+ * proves the limit with 300 and `npm run bench` (bench/scale.ts) measures 1000.
  */
-const N = Number(process.env.BOXHOST_TEST_SCALE_BOXES ?? 600);
+const N = Number(process.env.BOXHOST_TEST_SCALE_BOXES ?? 300);
 const BATCH = 20;
 /** Generous bounds, for a run that has gone wrong rather than slow: on the 2-core build
- *  machine creating them takes 2–2.5 minutes and deleting them about 2, plus up to 4 more when
+ *  machine creating 600 took 4–7 minutes and deleting them as long, plus up to 4 more when
  *  zfs-fuse hangs under the load and the storage watchdog restarts it (every running box is
  *  started again then). */
 const CREATE_BUDGET_MS = 12 * 60_000;

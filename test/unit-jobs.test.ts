@@ -23,6 +23,7 @@ import { resumeBoxJob } from '../jobs/boxResume';
 import { deleteBoxJob } from '../jobs/boxDelete';
 import { snapshotBoxJob } from '../jobs/boxSnapshot';
 import { restoreBoxJob } from '../jobs/boxRestore';
+import { StorageInUseError } from '../workers/storage/zfs';
 import { BoxSteps } from '../workers/boxSteps';
 import { createMockDrivers } from '../workers/mockDrivers';
 
@@ -367,4 +368,37 @@ t.test('restore: stop, roll back, start; refused before anything when later snap
   const gone = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 'nope' }, h.steps);
   t.match(gone.error?.message, /has no snapshot nope/);
   t.equal((await row(box.id))!.status, 'running');
+});
+
+t.test('a refused restore never leaves the box restoring, nor stopped when it ran', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  await h.steps.snapshot(box, 's1');
+  await h.steps.snapshot(box, 's2');
+  // As the api queues it with nothing ahead: the box shows restoring at once.
+  await boxesRepo.update(db, box.id, { status: 'restoring' });
+  const refused = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 's1', from: 'running' }, h.steps);
+  t.equal(refused.attempts, 1);
+  t.match(refused.error?.message, /snapshot s2 made after it would be lost/);
+  t.match(await row(box.id), { status: 'running', error: null }, 'back to running');
+  t.equal(await h.runtime.status(box.id), 'running');
+
+  // A blocker that appears after the job's check: the rollback refuses after the stop; the box
+  // runs again and shows running.
+  await boxesRepo.update(db, box.id, { status: 'restoring' });
+  h.storage.failNext('rollbackBoxRoot', new StorageInUseError('box has fork x after s2', ['fork x']));
+  const late = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 's2', from: 'running' }, h.steps);
+  t.equal(late.attempts, 1, 'refused, not retried');
+  t.match(late.error?.message, /were made after it meanwhile; nothing was changed/);
+  t.match(await row(box.id), { status: 'running', error: null });
+  t.equal(await h.runtime.status(box.id), 'running', 'started again');
+  t.same(h.storage.rollbacks, [], 'nothing rolled back');
+
+  // One asked for while stopped stays stopped.
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  await boxesRepo.update(db, box.id, { status: 'restoring' });
+  const cold = await runLikeWorker(restoreBoxJob, { boxId: box.id, snapshot: 's1', from: 'stopped' }, h.steps);
+  t.ok(cold.error);
+  t.match(await row(box.id), { status: 'stopped' });
+  t.equal(await h.runtime.status(box.id), null);
 });

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import type { Box, BoxSnapshot, BoxSnapshotList } from '../../core/apiTypes';
-import { apiPath, ApiResponse } from '../client';
+import { apiPath } from '../client';
 import { action, Ctx, projectOption } from '../context';
-import { finishJob } from '../jobs';
+import { finishJob, OperationFailed, pollOperation } from '../jobs';
 import { formatTime, printFields, printTable, say } from '../output';
 import { showBox } from './boxes';
 
@@ -28,9 +28,13 @@ export function register(program: Command): void {
     .action(
       action<{ project?: string; description?: string }>(async (ctx, [box, name], o) => {
         const r = await ctx.client.request<BoxSnapshot | Box>('POST', snapshotsPath(ctx, o.project, box), { body: { name, ...(o.description !== undefined ? { description: o.description } : {}) } });
-        if (r.status === 201) return ctx.show(r.body as BoxSnapshot, (s) => say(`snapshot ${s.name} of box ${box} taken (${bytes(s.size_bytes)})`));
-        // Past 30 s the api answers the operation: follow it.
-        await finishJob(ctx, r as ApiResponse<Box>, { doing: 'snapshotting', done: 'snapshotted', what: `box ${box}` }, true, showBox);
+        const taken = (s: BoxSnapshot) => ctx.show(s, () => say(`snapshot ${s.name} of box ${box} taken (${bytes(s.size_bytes)})`));
+        if (r.status === 201) return taken(r.body as BoxSnapshot);
+        // Past 30 s the api answers 202 + operation: follow it, then show the snapshot.
+        const label = { doing: 'snapshotting', done: 'snapshotted', what: `box ${box}` };
+        const op = await pollOperation(ctx, String(r.headers['operation-id']), label);
+        if (op.status === 'failed') throw new OperationFailed(op, label);
+        taken((await ctx.client.request<BoxSnapshot>('GET', snapshotPath(ctx, o.project, box, name))).body);
       }),
     );
 
