@@ -89,15 +89,22 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
     session.close();
   });
   ws.on('error', () => undefined);
+  // The socket may be paused for a stdin the process never drained (it exited first): read again,
+  // or the peer's answer to the close is never seen and ws waits out its 30 s close timeout.
+  const closeWith = (code: number, reason?: string) => {
+    waitingDrain = false;
+    rawSocket(ws)?.resume();
+    ws.close(code, reason);
+  };
   session.exited.then(
     async ({ exitCode }) => {
       await ended;
       if (closed) return;
-      ws.send(wsFrame(Channel.status, { exit_code: exitCode }), () => ws.close(1000));
+      ws.send(wsFrame(Channel.status, { exit_code: exitCode }), () => closeWith(1000));
     },
     (e: Error) => {
       if (closed) return;
-      ws.send(wsFrame(Channel.status, { exit_code: -1, error: e.message }), () => ws.close(1011, 'session failed'));
+      ws.send(wsFrame(Channel.status, { exit_code: -1, error: e.message }), () => closeWith(1011, 'session failed'));
     },
   );
 }

@@ -424,10 +424,23 @@ export class RuncRuntime implements RuntimeDriver {
     } catch {
       return;
     }
+    // A cgroup whose thousands of killed tasks the kernel is still reaping answers EBUSY for a
+    // moment (a box stopped at its pids limit): tried again for up to 20 s.
+    const deadline = Date.now() + CGROUP_BUSY_MS;
     for (const c of ['', ...controllers]) {
-      await rmdirTree(path.join('/sys/fs/cgroup', c, rel)).catch((e) =>
-        this.logger?.warn({ err: String(e), boxId, controller: c }, 'cannot remove cgroup'),
-      );
+      for (;;) {
+        try {
+          await rmdirTree(path.join('/sys/fs/cgroup', c, rel));
+          break;
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === 'EBUSY' && Date.now() < deadline) {
+            await sleep(50);
+            continue;
+          }
+          this.logger?.warn({ err: String(e), boxId, controller: c }, 'cannot remove cgroup');
+          break;
+        }
+      }
     }
   }
 
@@ -518,6 +531,9 @@ async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   await fs.promises.writeFile(tmp, JSON.stringify(value, null, 1), { mode: 0o600 });
   await fs.promises.rename(tmp, file);
 }
+
+/** How long a busy cgroup directory (tasks still exiting) is tried again. */
+const CGROUP_BUSY_MS = 20_000;
 
 /** rmdir a cgroup directory and its (empty) children, deepest first. Missing is fine. */
 async function rmdirTree(dir: string): Promise<void> {
