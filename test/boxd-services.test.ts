@@ -138,7 +138,9 @@ t.test('a start: user and environment resolved in the box, pid, replace, bad inp
 
 t.test('stop: the signal, then SIGKILL after the grace; stays stopped until started', async (t) => {
   const s = await svcs();
-  const trap = await s.start({ name: 'stubborn', command: sh('trap "" TERM; while true; do sleep 0.1; done'), stop: { grace_secs: 1 } });
+  const trap = await s.start({ name: 'stubborn', command: sh('trap "" TERM; touch /tmp/trapped; while true; do sleep 0.1; done'), stop: { grace_secs: 1 } });
+  // Stopped only once the shell has set its trap (a TERM before it would end it at once).
+  await until('the trap is set', async () => (await ex(sh('test -e /tmp/trapped && echo yes || echo no'))).trim() === 'yes');
   const t0 = Date.now();
   const stopped = await s.stop('stubborn');
   const took = Date.now() - t0;
