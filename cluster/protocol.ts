@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import type { ErrorCode } from '../core/errors';
+import { NAME_PATTERN } from '../core/names';
 import { EXEC_OUTPUT_CAP_BYTES } from './types';
 
 /**
@@ -34,7 +35,7 @@ export const agentRoutes = {
   serviceLogs: `${AGENT_PREFIX}/boxes/:boxId/services/logs`,
 };
 
-const serviceName = Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/);
+const serviceName = Joi.string().pattern(NAME_PATTERN);
 
 /** A service call to a node: one route, the op says which. */
 export const serviceCallSchema = Joi.alternatives().try(
@@ -136,7 +137,7 @@ export const snapshotBlockersSchema = Joi.object({
 });
 
 /** A snapshot name in a node call (the name rule; the storage checks it again). */
-export const snapshotNameSchema = Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).required();
+export const snapshotNameSchema = Joi.string().pattern(NAME_PATTERN).required();
 
 
 /** The error codes an agent may answer; anything else is read as `internal`. */

@@ -61,6 +61,8 @@ export interface Config {
   rateLimit: { rps: number; burst: number };
   /** Concurrent execs at most per box, per token and per node. */
   execLimits: { perBox: number; perToken: number; perNode: number };
+  /** User snapshots one box keeps at most (BOXHOST_SNAPSHOTS_MAX_PER_BOX; 100). */
+  snapshotsPerBox: number;
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -127,6 +129,7 @@ const envSchema = Joi.object({
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
   BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
+  BOXHOST_SNAPSHOTS_MAX_PER_BOX: Joi.number().integer().min(1).max(10000).default(100),
   BOXHOST_EXEC_MAX_PER_TOKEN: Joi.number().integer().min(1).max(100000).default(64),
   BOXHOST_EXEC_MAX_PER_NODE: Joi.number().integer().min(1).max(100000).default(256),
   BOXHOST_PROTECTED_NETS: Joi.string().allow('').default(''),
@@ -198,6 +201,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     },
     rateLimit: { rps: value.BOXHOST_RATE_LIMIT_RPS, burst: value.BOXHOST_RATE_LIMIT_BURST },
     execLimits: { perBox: value.BOXHOST_EXEC_MAX_PER_BOX, perToken: value.BOXHOST_EXEC_MAX_PER_TOKEN, perNode: value.BOXHOST_EXEC_MAX_PER_NODE },
+    snapshotsPerBox: value.BOXHOST_SNAPSHOTS_MAX_PER_BOX,
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
   };

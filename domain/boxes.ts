@@ -88,7 +88,8 @@ export async function loadBox(ctx: Pick<DomainContext, 'db'>, identity: Identity
   return box;
 }
 
-const reload = (ctx: DomainContext, id: string) => async () => {
+/** Reads a box again as the api shows it (null once gone): what an accepted operation answers. */
+export const reload = (ctx: DomainContext, id: string) => async () => {
   const b = await boxesRepo.byId(ctx.db, id);
   return b ? showBox(ctx, b) : null;
 };

@@ -8,12 +8,10 @@ import { operationsRepo } from '../db/repos/operations';
 import { canSnapshot, projectedStatus } from '../core/box';
 import { BoxhostError, conflict, notFound } from '../core/errors';
 import { boxJobs, boxSnapshotJob, BoxRestorePayload, BoxSnapshotPayload } from '../jobs/boxJobs';
-import { boxPath, enqueueBoxJob, loadBox, pendingActions, queueBoxAction, showBox } from './boxes';
+import { enqueueBoxJob, loadBox, pendingActions, queueBoxAction, reload } from './boxes';
 import type { Accepted } from './operations';
 import type { Box } from '../core/apiTypes';
 
-/** The most user snapshots one box keeps (each holds the blocks its root changed since). */
-export const MAX_SNAPSHOTS_PER_BOX = 100;
 /** How long the api waits for a snapshot job before answering 202 (DESIGN.md §6: 30 s). */
 export const SNAPSHOT_WAIT_MS = 30_000;
 
@@ -79,7 +77,9 @@ export async function createSnapshot(ctx: DomainContext, identity: Identity, pro
     }
     const queued = pendingOps(ops, boxSnapshotJob.kind);
     if (queued.some((p) => p.name === req.name)) throw conflict(`a snapshot ${req.name} of box ${project}/${name} is already being taken`);
-    if (snapshots.length + queued.length >= MAX_SNAPSHOTS_PER_BOX) throw conflict(`box ${project}/${name} has ${MAX_SNAPSHOTS_PER_BOX} snapshots, the most a box keeps; delete one first`);
+    // Each holds the blocks its root changed since: a bound per box (BOXHOST_SNAPSHOTS_MAX_PER_BOX).
+    const most = ctx.config.snapshotsPerBox;
+    if (snapshots.length + queued.length >= most) throw conflict(`box ${project}/${name} has ${most} snapshots, the most a box keeps; delete one first`);
     const payload: BoxSnapshotPayload = { boxId: box.id, name: req.name, ...(req.description ? { description: req.description } : {}) };
     return enqueueBoxJob(ctx, trx, box, boxSnapshotJob.of(payload), identity);
   });
@@ -92,10 +92,7 @@ export async function createSnapshot(ctx: DomainContext, identity: Identity, pro
     const why = `snapshot ${req.name} of box ${project}/${name} was not taken: ${done.error ?? 'it failed'}`;
     throw !now || !canSnapshot(now.status) ? conflict(why) : new BoxhostError('internal', why);
   }
-  return { accepted: { operation, load: async () => {
-    const b = await boxesRepo.byId(ctx.db, current.id);
-    return b ? showBox(ctx, b) : null;
-  } } };
+  return { accepted: { operation, load: reload(ctx, current.id) } };
 }
 
 /**
@@ -132,5 +129,3 @@ export async function deleteSnapshot(ctx: DomainContext, identity: Identity, pro
   }
   await node.deleteSnapshot(box.id, snapshot);
 }
-
-export const snapshotsPath = (project: string, name: string) => `${boxPath(project, name)}/snapshots`;

@@ -1,6 +1,7 @@
 import Joi from 'joi';
 import type { BoxAction, RootSource } from '../core/box';
 import { jobType } from './types';
+import { NAME_PATTERN } from '../core/names';
 
 export interface BoxRef {
   boxId: string;
@@ -31,7 +32,7 @@ const rootSource = Joi.alternatives(
   Joi.object({ kind: Joi.valid('box').required(), boxId: Joi.string().required(), snapshot: Joi.string() }),
 );
 
-const snapshotName = Joi.string().pattern(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/);
+const snapshotName = Joi.string().pattern(NAME_PATTERN);
 
 /** The job types of the box lifecycle, one per action of the state machine. */
 export const boxJobs = {

@@ -15,7 +15,8 @@ const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 t.test('box snapshots on real boxes', async (t) => {
-  const host = await startTestHost(t);
+  // A small snapshot bound, so that the test reaches it.
+  const host = await startTestHost(t, { BOXHOST_SNAPSHOTS_MAX_PER_BOX: '3' });
   const P = '/v1/projects/snap/boxes';
   const call = (method: string, p: string, body?: unknown) => host.call(method, p, { body });
   const sh = async (box: string, script: string) => {
@@ -153,6 +154,15 @@ t.test('box snapshots on real boxes', async (t) => {
     t.match(taken.stderr, /already has a snapshot cli1/);
     t.equal((await box('snapshot', 'rm', 'web', 'cli1')).code, 0);
     t.notMatch((await box('snapshot', 'ls', 'web')).stdout, /cli1/);
+  });
+
+  t.test('a box keeps at most BOXHOST_SNAPSHOTS_MAX_PER_BOX snapshots', async (t) => {
+    const have = (await call('GET', `${P}/web/snapshots`)).body.snapshots.length;
+    for (let i = have; i < 3; i++) t.equal((await call('POST', `${P}/web/snapshots`, { name: `fill${i}` })).status, 201, `snapshot ${i + 1} of 3`);
+    const over = await call('POST', `${P}/web/snapshots`, { name: 'one-more' });
+    t.equal(over.status, 409, over.text);
+    t.match(over.body.error.message, /has 3 snapshots, the most a box keeps/);
+    t.equal((await call('GET', `${P}/web/snapshots`)).body.snapshots.length, 3, 'nothing was taken');
   });
 
   t.test('snapshots go with their box', async (t) => {

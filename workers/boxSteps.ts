@@ -5,7 +5,6 @@ import { IdMap, projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
 import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver } from './drivers';
 import type { Db } from '../db/knex';
-import { StorageInUseError } from './storage/zfs';
 
 /** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
 export const MAX_GRACE_SECONDS = 300;
@@ -123,9 +122,6 @@ export class BoxSteps implements BoxHost {
   /** Each step is one a retry can take again: a stopped container stays stopped, a root rolled
    *  back rolls back to the same snapshot, a running box is left running. */
   async restore(box: BoxRecord, snapshot: string): Promise<void> {
-    // Refused before the box stops when the rollback would be (rollbackBoxRoot checks again).
-    const blockers = await this.d.storage.rollbackBlockers(box.id, snapshot);
-    if (blockers.snapshots.length || blockers.forks.length) throw new StorageInUseError(`box ${box.id}: snapshots or forks after ${snapshot}`, [...blockers.snapshots, ...blockers.forks]);
     await this.stop(box);
     crashPoint('restore:stopped');
     await this.d.storage.rollbackBoxRoot(box.id, snapshot);

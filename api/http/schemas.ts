@@ -1,7 +1,9 @@
 import Joi from 'joi';
 
+import { NAME_PATTERN } from '../../core/names';
+
 /** DESIGN.md §3: lowercase a-z 0-9 -, 1–63 chars, alphanumeric at both ends, no `--`. */
-export const NAME_PATTERN = /^(?!.*--)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+export { NAME_PATTERN };
 
 export const name = () =>
   Joi.string().pattern(NAME_PATTERN).messages({

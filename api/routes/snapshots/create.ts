@@ -21,7 +21,7 @@ export default defineRoute<CreateBoxSnapshotRequest, unknown, BoxParams>({
     201: { description: 'taken', schema: snapshotSchema },
     202: { description: 'still being taken after 30 s: poll Location or GET /v1/operations/{Operation-Id}', schema: boxSchema },
     400: { description: 'a bad name or description' },
-    409: { description: 'the name is taken; the box is not running or stopped; it has 100 snapshots' },
+    409: { description: 'the name is taken; the box is not running or stopped; it has its most snapshots (BOXHOST_SNAPSHOTS_MAX_PER_BOX, default 100)' },
     ...snapshotErrors,
   },
   handler: async ({ api, identity, params, body }) => {
