@@ -1,0 +1,175 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { PassThrough, Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { Parser, type ReadEntry } from 'tar';
+import { BaseTarError, BaseTarRules, type TarLimits, type TarSummary, type Verdict } from './tarRules';
+
+export { BaseTarError, type TarLimits, type TarSummary };
+
+/**
+ * Reads a tar stream (plain or gzip: node-tar tells them by their magic bytes) entry by entry,
+ * one at a time and in order, through the import rules. `onEntry` gets each verdict with its
+ * entry and must consume or drain its body. Any error (refused entry, damaged archive, the
+ * input failing) ends the read and rejects; the input is destroyed.
+ */
+function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry: ReadEntry) => Promise<void>): Promise<TarSummary> {
+  const rules = new BaseTarRules(limits);
+  // strict: a bad checksum, a truncated archive or a stray linkpath is an error, not a warning.
+  const parser = new Parser({ strict: true, noResume: true });
+  let chain = Promise.resolve();
+  let failure: unknown = null;
+  return new Promise<TarSummary>((resolve, reject) => {
+    const fail = (e: unknown) => {
+      if (failure !== null) return;
+      failure = e;
+      input.unpipe(parser);
+      input.destroy();
+      reject(e);
+    };
+    parser.on('entry', (entry: ReadEntry) => {
+      chain = chain
+        .then(async () => {
+          if (failure !== null) return void entry.resume();
+          await onEntry(rules.check(entry), entry);
+        })
+        .catch((e) => {
+          entry.resume();
+          fail(e);
+        });
+    });
+    // Entries node-tar would skip quietly (types it does not know, like GNU sparse files).
+    parser.on('ignoredEntry', (entry: ReadEntry) => {
+      if (!entry.meta) fail(new BaseTarError(`archive entry ${JSON.stringify(entry.path.slice(0, 200))} has type ${entry.type}, which a base cannot hold`, entry.path.slice(0, 200)));
+    });
+    parser.on('error', (e: Error) => fail(new BaseTarError(`not a valid tar archive: ${e.message}`, null)));
+    parser.on('end', () => void chain.then(() => failure === null && resolve(rules.summary)));
+    input.on('error', fail);
+    input.pipe(parser);
+  });
+}
+
+export interface ScanResult extends TarSummary {
+  /** Bytes of the stream as given (compressed or not). */
+  bytes: number;
+  /** sha256 (hex) of the stream as given. */
+  sha256: string;
+}
+
+/**
+ * Writes an upload to `file` while checking it: every entry through the import rules (bodies
+ * read, not kept), its size against `maxBytes` (over it: BaseTarError `too_large`). On any
+ * failure the file is removed.
+ */
+export async function stageTar(input: Readable, file: string, limits: TarLimits & { maxBytes: number }): Promise<ScanResult> {
+  const hash = crypto.createHash('sha256');
+  let bytes = 0;
+  const scan = new PassThrough();
+  // Every chunk goes to the file and to the scan; the slower of the two sets the pace.
+  const counted = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      bytes += chunk.length;
+      if (bytes > limits.maxBytes) return done(new BaseTarError(`the upload is larger than ${limits.maxBytes} bytes`, null, 'too_large'));
+      hash.update(chunk);
+      if (scan.write(chunk)) done(null, chunk);
+      else scan.once('drain', () => done(null, chunk));
+    },
+    flush(done) {
+      scan.end();
+      done();
+    },
+  });
+  const out = fs.createWriteStream(file, { flags: 'wx', mode: 0o600 });
+  input.pipe(counted);
+  input.once('error', (e) => counted.destroy(e));
+  try {
+    const [summary] = await Promise.all([
+      walkTar(scan, limits, (_v, entry) => drain(entry)),
+      pipeline(counted, out).catch((e) => {
+        scan.destroy(e);
+        throw e;
+      }),
+    ]);
+    return { ...summary, bytes, sha256: hash.digest('hex') };
+  } catch (e) {
+    // What is left of the upload is the caller's (it answers, then closes the request).
+    input.unpipe(counted);
+    counted.destroy();
+    out.destroy();
+    await fs.promises.rm(file, { force: true });
+    throw e;
+  }
+}
+
+const drain = (entry: ReadEntry) =>
+  new Promise<void>((resolve, reject) => {
+    entry.on('end', resolve);
+    entry.on('error', reject);
+    entry.resume();
+  });
+
+/**
+ * Unpacks a base tarball into `root` (an empty directory the caller made for it: a new base's
+ * dataset), acting only on what the rules allow. Nothing here follows a symlink: every parent is
+ * a directory the archive made (the rules know), files are created with O_EXCL|O_NOFOLLOW, and
+ * owners and times of links are set with lchown/lutimes. Directory modes, owners and times are
+ * set last, deepest first, so a read-only directory in the archive does not stop its children.
+ */
+export async function extractTar(input: Readable, root: string, limits: TarLimits): Promise<TarSummary> {
+  const dirs: { full: string; uid: number; gid: number; mode: number; mtime?: Date; depth: number }[] = [];
+  const made = new Set<string>(['']);
+  const at = (rel: string) => (rel === '' ? root : path.join(root, rel));
+  const ensureParents = (rel: string) => {
+    const segments = rel.split('/');
+    for (let i = 1; i < segments.length; i++) {
+      const parent = segments.slice(0, i).join('/');
+      if (made.has(parent)) continue;
+      fs.mkdirSync(at(parent), { mode: 0o755 });
+      made.add(parent);
+    }
+  };
+
+  const summary = await walkTar(input, limits, async (v, entry) => {
+    if (v.action === 'drop') return drain(entry);
+    const full = at(v.path);
+    ensureParents(v.path);
+    switch (v.kind) {
+      case 'dir':
+        if (!made.has(v.path)) {
+          fs.mkdirSync(full, { mode: 0o700 });
+          made.add(v.path);
+        }
+        dirs.push({ full, uid: v.uid, gid: v.gid, mode: v.mode, mtime: v.mtime, depth: v.path === '' ? 0 : v.path.split('/').length });
+        return drain(entry);
+      case 'file': {
+        const fd = fs.openSync(full, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+        try {
+          await pipeline(entry, fs.createWriteStream('', { fd, autoClose: false }));
+          // chown before chmod: chown clears setuid/setgid bits.
+          fs.fchownSync(fd, v.uid, v.gid);
+          fs.fchmodSync(fd, v.mode);
+          if (v.mtime) fs.futimesSync(fd, v.mtime, v.mtime);
+        } finally {
+          fs.closeSync(fd);
+        }
+        return;
+      }
+      case 'symlink':
+        fs.symlinkSync(v.target!, full);
+        fs.lchownSync(full, v.uid, v.gid);
+        if (v.mtime) fs.lutimesSync(full, v.mtime, v.mtime);
+        return drain(entry);
+      case 'hardlink':
+        fs.linkSync(at(v.target!), full);
+        return drain(entry);
+    }
+  });
+  dirs.sort((a, b) => b.depth - a.depth);
+  for (const d of dirs) {
+    fs.chownSync(d.full, d.uid, d.gid);
+    fs.chmodSync(d.full, d.mode);
+    if (d.mtime) fs.utimesSync(d.full, d.mtime, d.mtime);
+  }
+  return summary;
+}
