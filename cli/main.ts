@@ -15,8 +15,9 @@ import * as nodes from './commands/nodes';
 import * as files from './commands/files';
 import * as services from './commands/services';
 import * as snapshots from './commands/snapshots';
+import * as bases from './commands/bases';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

@@ -1,3 +1,4 @@
+import { Transform } from 'node:stream';
 /** Everything `box` prints goes through here: JSON, tables, key/value views, progress, errors. */
 
 export type Cell = string | number | boolean | null | undefined;
@@ -79,4 +80,33 @@ export function printError(e: PrintableError): void {
   const lines = [`error: ${e.message}`, ...(e.details ?? []).map((d) => `  ${d.field}: ${d.issue}`)];
   if (e.hint) lines.push(e.hint);
   err(`${lines.join('\n')}\n`);
+}
+
+/** A progress line on stderr for long transfers (only on a terminal, not with --json). */
+export function transferProgress(label: string, total?: number): Transform {
+  const show = process.stderr.isTTY;
+  let done = 0;
+  const t0 = Date.now();
+  let last = 0;
+  const line = (final = false) => {
+    const s = (Date.now() - t0) / 1000;
+    const mb = done / 1e6;
+    const pct = total ? ` ${Math.min(100, Math.round((done / total) * 100))}%` : '';
+    process.stderr.write(`\r${label}: ${mb.toFixed(1)} MB${total ? ` of ${(total / 1e6).toFixed(1)} MB` : ''}${pct}, ${(mb / Math.max(s, 0.001)).toFixed(1)} MB/s${final ? '\n' : ''}`);
+  };
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      done += chunk.length;
+      if (show && Date.now() - last > 200) {
+        last = Date.now();
+        line();
+      }
+      cb(null, chunk);
+    },
+    flush(cb) {
+      if (show && Date.now() - t0 > 500) line(true);
+      else if (show && last) process.stderr.write('\r\x1b[K');
+      cb();
+    },
+  });
 }

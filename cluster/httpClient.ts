@@ -5,11 +5,11 @@ import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
 import type { Duplex, Readable } from 'node:stream';
 import type { FileList, FileStat } from '../core/apiTypes';
 import WebSocket from 'ws';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from './types';
+import type { BaseRefWire, StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from './types';
 import { sessionOverWs } from './wsSession';
 import {
   AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, FILE_STAT_HEADER, fileListSchema, fileStatSchema, MAX_AGENT_ANSWER_BYTES, serviceListSchema,
-  serviceStartAnswerSchema, serviceStateSchema, snapshotBlockersSchema, snapshotsSchema, TUNNEL_PROTOCOL,
+  serviceStartAnswerSchema, serviceStateSchema, snapshotBlockersSchema, snapshotsSchema, stagedImportSchema, TUNNEL_PROTOCOL,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
@@ -76,6 +76,37 @@ export class HttpNodeClient implements NodeClient {
 
   restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }> {
     return this.call('GET', `${agentPath('snapshotBlockers', boxId)}?name=${encodeURIComponent(name)}`, undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotBlockersSchema });
+  }
+
+  async stageBaseImport(data: Readable): Promise<StagedImport> {
+    const res = await this.stream('PUT', agentPath('baseImports'), data);
+    const body = await readBounded(res, 64 * 1024).catch((e: Error) => {
+      throw this.unreachable(e);
+    });
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      throw unavailable(`node ${this.nodeId} answered ${res.statusCode} without a JSON body`);
+    }
+    if (res.statusCode !== 200) throw this.agentError(res.statusCode ?? 0, parsed);
+    const { value, error } = stagedImportSchema.validate(parsed, { stripUnknown: true });
+    if (error) throw unavailable(`node ${this.nodeId} answered a malformed staged import: ${error.message}`);
+    return value as StagedImport;
+  }
+
+  async discardStagedImport(token: string): Promise<void> {
+    await this.call('DELETE', `${agentPath('baseImports')}?token=${encodeURIComponent(token)}`, undefined, { totalMs: CALL_TIMEOUT_MS });
+  }
+
+  async exportBase(base: BaseRefWire): Promise<Readable> {
+    const res = await this.stream('GET', `${agentPath('bases')}?${baseQuery(base)}`);
+    if (res.statusCode !== 200) throw await this.streamError(res);
+    return res;
+  }
+
+  async destroyBase(base: BaseRefWire): Promise<void> {
+    await this.call('DELETE', `${agentPath('bases')}?${baseQuery(base)}`, undefined, { totalMs: 5 * 60_000 });
   }
 
   /** An interactive session through the agent's WebSocket (cluster/protocol.ts `execWs`). */
@@ -403,6 +434,8 @@ function readBounded(res: Readable, max: number): Promise<Buffer> {
     res.on('error', reject);
   });
 }
+
+const baseQuery = (b: BaseRefWire) => `name=${encodeURIComponent(b.name)}&version=${encodeURIComponent(b.version)}`;
 
 function decodeStat(header: string | string[] | undefined): unknown {
   if (typeof header !== 'string' || header.length > 64 * 1024) return undefined;

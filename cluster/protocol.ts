@@ -33,6 +33,10 @@ export const agentRoutes = {
   services: `${AGENT_PREFIX}/boxes/:boxId/services`,
   /** GET `?name=&tail=&follow=`: a service's log, streamed. */
   serviceLogs: `${AGENT_PREFIX}/boxes/:boxId/services/logs`,
+  /** PUT raw tar or gzip body: staged and checked (answers StagedImport); DELETE `?token=`. */
+  baseImports: `${AGENT_PREFIX}/bases/imports`,
+  /** GET `?name=&version=`: the base as a tar stream; DELETE: the node's copy. */
+  bases: `${AGENT_PREFIX}/bases`,
 };
 
 const serviceName = Joi.string().pattern(NAME_PATTERN);
@@ -139,9 +143,21 @@ export const snapshotBlockersSchema = Joi.object({
 /** A snapshot name in a node call (the name rule; the storage checks it again). */
 export const snapshotNameSchema = Joi.string().pattern(NAME_PATTERN).required();
 
+export const baseRefSchema = Joi.object({ name: Joi.string().pattern(NAME_PATTERN).required(), version: Joi.string().pattern(/^[0-9a-f]{12}$|^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/).required() });
+export const stagingTokenSchema = Joi.string().pattern(/^[0-9a-f]{32}$/).required();
+export const stagedImportSchema = Joi.object({
+  token: stagingTokenSchema,
+  bytes: Joi.number().integer().min(0).required(),
+  sha256: Joi.string().pattern(/^[0-9a-f]{64}$/).required(),
+  entries: Joi.number().integer().min(0).required(),
+  unpackedBytes: Joi.number().integer().min(0).required(),
+  dropped: Joi.number().integer().min(0).required(),
+  setidCleared: Joi.number().integer().min(0).required(),
+});
+
 
 /** The error codes an agent may answer; anything else is read as `internal`. */
-export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'permission_denied', 'not_found', 'conflict', 'rate_limited', 'unavailable', 'internal', 'insufficient_storage'];
+export const AGENT_ERROR_CODES: readonly ErrorCode[] = ['invalid_argument', 'unauthenticated', 'permission_denied', 'not_found', 'conflict', 'rate_limited', 'unavailable', 'internal', 'insufficient_storage', 'payload_too_large'];
 
 /** The wait a node's `rate_limited` answer (its exec cap) stands for: the error body carries no
  *  headers, so the api adds `Retry-After` itself. */

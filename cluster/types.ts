@@ -103,6 +103,25 @@ export interface ServiceGate {
   timeoutMs: number;
 }
 
+/** An upload a node has written to its disk and checked (docs/bases.md "Import rules"). */
+export interface StagedImport {
+  /** What its import job names it by (32 hex). */
+  token: string;
+  /** Bytes and sha256 (hex) of the upload as sent (compressed or not). */
+  bytes: number;
+  sha256: string;
+  entries: number;
+  unpackedBytes: number;
+  /** Device nodes and FIFOs left out; files whose setuid/setgid bits were cleared. */
+  dropped: number;
+  setidCleared: number;
+}
+
+export interface BaseRefWire {
+  name: string;
+  version: string;
+}
+
 export interface NodeClient {
   readonly nodeId: string;
   /** File operations in a running box, every path resolved inside it (docs/files.md). */
@@ -140,4 +159,13 @@ export interface NodeClient {
   /** What a restore to `name` would take from others: later snapshots (names) and boxes forked
    *  from the root after it (box ids). */
   restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }>;
+  /** Writes a base tarball (plain or gzip) to the node's disk while checking every entry: a
+   *  refused archive is 400 naming the entry, one too large 413; either leaves nothing. */
+  stageBaseImport(data: Readable): Promise<StagedImport>;
+  /** Removes a staged upload no job will take. Idempotent. */
+  discardStagedImport(token: string): Promise<void>;
+  /** A base's files as a plain tar stream (docs/bases.md "Export"). */
+  exportBase(base: BaseRefWire): Promise<Readable>;
+  /** Destroys the node's copy of a base; 409 while a box root on it depends on it. Idempotent. */
+  destroyBase(base: BaseRefWire): Promise<void>;
 }

@@ -268,3 +268,40 @@ export interface Ticket {
   ticket: string;
   expires_at: string;
 }
+
+/** A base version (the spec's Base, with additions: DESIGN.md §6 allows them). */
+export interface Base {
+  name: string;
+  version: string | null;
+  created_at: string;
+  size_bytes: number;
+  /** `builtin` (made by every node), `saved` (from a box), `imported` (from a tarball). */
+  origin: 'builtin' | 'saved' | 'imported';
+  /** The project a saved base belongs to; null: every project may use it. */
+  project: string | null;
+  builder: string | null;
+  parent: string | null;
+  parent_alias: string | null;
+  parent_version: string | null;
+  script: string | null;
+  script_sha256: string | null;
+}
+
+export interface BaseList {
+  bases: Base[];
+}
+
+/** The optional provenance fields a save or an import stores with a base. */
+export interface BaseProvenance {
+  builder?: string | null;
+  parent?: string | null;
+  parent_alias?: string | null;
+  parent_version?: string | null;
+  script?: string | null;
+  script_sha256?: string | null;
+}
+
+export interface SaveBaseRequest extends BaseProvenance {
+  box: string;
+  name: string;
+}

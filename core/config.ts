@@ -63,6 +63,9 @@ export interface Config {
   execLimits: { perBox: number; perToken: number; perNode: number };
   /** User snapshots one box keeps at most (BOXHOST_SNAPSHOTS_MAX_PER_BOX; 100). */
   snapshotsPerBox: number;
+  /** Base imports: the upload (BOXHOST_BASE_IMPORT_MAX_BYTES; 4 GiB) and what it may unpack to
+   *  (BOXHOST_BASE_MAX_GB; 16), docs/bases.md. */
+  baseImport: { maxBytes: number; maxUnpackedBytes: number };
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -126,6 +129,8 @@ const envSchema = Joi.object({
   BOXHOST_PROJECT_MAX_RAM_MB: Joi.number().integer().min(0).default(1024 * 1024),
   BOXHOST_PROJECT_MAX_STORAGE_GB: Joi.number().integer().min(0).default(10 * 1024),
   BOXHOST_PROJECT_MAX_VOLUMES: Joi.number().integer().min(0).default(100),
+  BOXHOST_BASE_IMPORT_MAX_BYTES: Joi.number().integer().min(1024).default(4 * 1024 ** 3),
+  BOXHOST_BASE_MAX_GB: Joi.number().min(0.001).max(1024).default(16),
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
   BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
@@ -202,6 +207,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     rateLimit: { rps: value.BOXHOST_RATE_LIMIT_RPS, burst: value.BOXHOST_RATE_LIMIT_BURST },
     execLimits: { perBox: value.BOXHOST_EXEC_MAX_PER_BOX, perToken: value.BOXHOST_EXEC_MAX_PER_TOKEN, perNode: value.BOXHOST_EXEC_MAX_PER_NODE },
     snapshotsPerBox: value.BOXHOST_SNAPSHOTS_MAX_PER_BOX,
+    baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
   };

@@ -1,6 +1,6 @@
 import type { DomainContext, Identity } from './context';
 import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
-import { basesRepo } from '../db/repos/bases';
+import { resolveBase } from './baseResolve';
 import { operationsRepo } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
@@ -94,14 +94,6 @@ export const reload = (ctx: DomainContext, id: string) => async () => {
   return b ? showBox(ctx, b) : null;
 };
 
-/** `name` is the newest version, `name@version` a pinned one. */
-async function resolveBase(ctx: DomainContext, spec: string) {
-  const [name, version] = spec.split('@');
-  const row = version ? await basesRepo.get(ctx.db, name, version) : await basesRepo.newest(ctx.db, name);
-  if (!row) throw invalidField('base', `base ${spec} does not exist`);
-  return row;
-}
-
 /** A fork clones on its source's node (a ZFS clone is node-local), so it goes there. */
 async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig }> {
   const [boxName, snapshot] = spec.split('@');
@@ -163,11 +155,23 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
   } else {
     config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
-    const row = await resolveBase(ctx, req.base ?? ctx.config.defaultBase);
+    const spec = req.base ?? ctx.config.defaultBase;
+    const row = await resolveBase(ctx, identity, spec, project);
+    if (!row) throw invalidField('base', `base ${spec} does not exist`);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
-    // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
-    node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
+    if (row.node) {
+      // A saved or imported base is on the node that made it (docs/bases.md "Nodes").
+      node = row.node;
+      if (req.config?.region && req.config.region !== (await ctx.nodes.get(node)).region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${(await ctx.nodes.get(node)).region}`);
+      await ctx.nodes.assertUp(node);
+      await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
+      const full = (await nodesWithoutAddress(ctx, project)).get(node);
+      if (full) throw conflict(full);
+    } else {
+      // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
+      node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
+    }
   }
 
   const at = now();

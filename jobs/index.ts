@@ -5,6 +5,8 @@ import { resumeBoxJob } from './boxResume';
 import { deleteBoxJob } from './boxDelete';
 import { restoreBoxJob } from './boxRestore';
 import { snapshotBoxJob } from './boxSnapshot';
+import { saveBaseJob } from './baseSave';
+import { importBaseJob } from './baseImport';
 
 /** Every job handler a node's worker runs. */
-export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob];
+export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob, saveBaseJob, importBaseJob];

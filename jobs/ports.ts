@@ -1,4 +1,4 @@
-import type { RootSource } from '../core/box';
+import type { BaseRef, RootSource } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
 
 /**
@@ -23,4 +23,19 @@ export interface BoxHost {
   restore(box: BoxRecord, snapshot: string): Promise<void>;
   /** Removes everything the box holds on the node: container, network, datasets. */
   destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void>;
+}
+
+/** What base jobs need from the node they run on (`workers/baseSteps.ts`); idempotent steps. */
+export interface BaseHost {
+  /** Holds the box's root at one instant (a running box paused for it, thawed even on failure)
+   *  and makes base `ref` from it; answers the base's size in bytes. */
+  saveFromBox(box: BoxRecord, ref: BaseRef): Promise<number>;
+  /** What a save that failed for good left: the root's hold, a half-made base. */
+  abandonSave(boxId: string, ref: BaseRef): Promise<void>;
+  /** Unpacks the upload staged as `token` into base `ref`; answers its size in bytes. */
+  importStaged(token: string, ref: BaseRef): Promise<number>;
+  /** Removes a staged upload. Idempotent. */
+  discardStaged(token: string): Promise<void>;
+  /** Destroys base `ref` on this node (refused while box roots depend on it). Idempotent. */
+  destroy(ref: BaseRef): Promise<void>;
 }

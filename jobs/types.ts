@@ -2,7 +2,7 @@ import type Joi from 'joi';
 import { UnrecoverableError } from 'bullmq';
 import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
-import type { BoxHost } from './ports';
+import type { BaseHost, BoxHost } from './ports';
 import type { BoxStatus } from '../core/box';
 
 /** What every job carries besides its kind's own payload. */
@@ -40,6 +40,8 @@ export interface JobContext<P> {
   log: Logger;
   /** The host side of the node running the job. */
   node: BoxHost;
+  /** Its base steps (save, import). */
+  bases: BaseHost;
   progress(percent: number): Promise<void>;
 }
 

@@ -88,18 +88,18 @@ t.test('bases', async (t) => {
   t.equal(fills, 1);
   await storage.createBase(base, fill);
   t.equal(fills, 1, 'second createBase keeps the made base');
-  t.equal(read(storage.basePath(base), 'etc/hostname'), 'tiny\n');
+  t.equal(read(storage.baseRootPath(base), 'etc/hostname'), 'tiny\n');
   t.ok((await storage.baseSizeBytes(base)) >= 1 << 20, 'base size counts its files');
   // zfs-fuse answers readonly "off (temporary)" even while it is in force: try a write instead.
-  t.throws(() => fs.writeFileSync(path.join(storage.basePath(base), 'x'), 'x'), { code: 'EROFS' }, 'base is read-only');
+  t.throws(() => fs.writeFileSync(path.join(storage.baseRootPath(base), 'x'), 'x'), { code: 'EROFS' }, 'base is read-only');
 
   // Half-made: a dataset without @base (a crash during fill) is made again.
   await run(['zfs', 'create', '-p', `${pool}/bases/tiny/v2`]);
-  fs.writeFileSync(path.join(storage.basePath(otherBase), 'junk'), 'x');
+  fs.writeFileSync(path.join(storage.baseRootPath(otherBase), 'junk'), 'x');
   t.equal(await storage.hasBase(otherBase), false);
   await storage.createBase(otherBase, async (dir) => fs.writeFileSync(path.join(dir, 'v2'), 'two'));
   t.equal(await storage.hasBase(otherBase), true);
-  t.notOk(fs.existsSync(path.join(storage.basePath(otherBase), 'junk')), 'half-made content gone');
+  t.notOk(fs.existsSync(path.join(storage.baseRootPath(otherBase), 'junk')), 'half-made content gone');
 
   // Two makers of one base at once: one fills it, the other finds it made.
   const twin: BaseRef = { name: 'twin', version: 'v1' };
@@ -109,7 +109,7 @@ t.test('bases', async (t) => {
     fs.writeFileSync(path.join(dir, 'twin'), 'twin');
   })));
   t.equal(twinFills, 1);
-  t.equal(read(storage.basePath(twin), 'twin'), 'twin');
+  t.equal(read(storage.baseRootPath(twin), 'twin'), 'twin');
   await storage.destroyBase(twin);
   t.notOk((await datasets()).includes(`${pool}/bases/twin`));
 
@@ -339,7 +339,7 @@ t.test('id ranges: base copies shifted once per range, forks stay in theirs, bas
   t.same(owner(r1), [p1.hostId, p1.hostId], 'root of range 1');
   t.same(owner(path.join(r1b, 'home/box')), [p1.hostId + 1000, p1.hostId + 1000]);
   t.same(owner(path.join(r2, 'f')), [p2.hostId, p2.hostId], 'another range, another owner');
-  t.same(owner(path.join(storage.basePath(base), 'f')), [0, 0], 'the base itself is untouched');
+  t.same(owner(path.join(storage.baseRootPath(base), 'f')), [0, 0], 'the base itself is untouched');
   t.equal(await zfsValue(`${pool}/boxes/bidsa`, 'boxhost:idmap'), String(p1.hostId));
   t.equal(await zfsValue(`${pool}/boxes/bidsa`, 'origin'), `${pool}/shifted/tiny/v1/${p1.hostId}@base`);
 

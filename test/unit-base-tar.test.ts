@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { Readable } from 'node:stream';
-import { Header } from 'tar';
+import { archive, type Member } from './helpers/tarball';
 import t from 'tap';
 import { BaseTarError, extractTar, stageTar } from '../workers/bases/tarImport';
 import { packBase } from '../workers/bases/tarExport';
@@ -14,32 +14,6 @@ import { packBase } from '../workers/bases/tarExport';
  * outside the target; what a real root holds (links, owners, setuid root files) comes through.
  * Runs as root in a temporary directory: no ZFS needed.
  */
-
-interface Member {
-  path: string;
-  type?: string;
-  body?: string;
-  mode?: number;
-  uid?: number;
-  gid?: number;
-  linkpath?: string;
-}
-
-/** A tar archive made header by header, so that any shape (absolute names, `..`) can be written. */
-function archive(members: Member[]): Buffer {
-  const blocks: Buffer[] = [];
-  for (const m of members) {
-    const body = Buffer.from(m.body ?? '');
-    const type = m.type ?? (m.path.endsWith('/') ? 'Directory' : 'File');
-    const h = new Header({ path: m.path, type: type as never, size: type === 'File' ? body.length : 0, mode: m.mode ?? (type === 'Directory' ? 0o755 : 0o644), uid: m.uid ?? 0, gid: m.gid ?? 0, linkpath: m.linkpath, mtime: new Date(1_700_000_000_000) });
-    const block = Buffer.alloc(512);
-    h.encode(block);
-    blocks.push(block);
-    if (type === 'File' && body.length > 0) blocks.push(body, Buffer.alloc((512 - (body.length % 512)) % 512));
-  }
-  blocks.push(Buffer.alloc(1024));
-  return Buffer.concat(blocks);
-}
 
 const limits = { maxUnpackedBytes: 1 << 20, maxEntries: 1000, maxBytes: 1 << 20 };
 const scratch = (t: { teardown(fn: () => void): void }) => {

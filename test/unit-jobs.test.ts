@@ -15,7 +15,7 @@ import { createLogger } from '../core/logger';
 import { newBoxId, newId, now } from '../core/ids';
 import { projectIdMap, type BaseRef } from '../core/box';
 import type { JobContext, JobHandler } from '../jobs/types';
-import type { BoxHost } from '../jobs/ports';
+import type { BaseHost, BoxHost } from '../jobs/ports';
 import type { BoxRef } from '../jobs/boxJobs';
 import { createBoxJob } from '../jobs/boxCreate';
 import { stopBoxJob } from '../jobs/boxStop';
@@ -84,8 +84,12 @@ async function insertBox(patch: Partial<BoxRecord> = {}): Promise<BoxRecord> {
 const row = async (id: string) => boxesRepo.byId(db, id);
 const netIndex = async (project: string) => (await projectsRepo.get(db, project))!.net_index;
 
-function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: number, progress: number[] = []): JobContext<P> {
+/** Box jobs never reach base steps: any call fails the test. */
+const noBases: BaseHost = new Proxy({} as BaseHost, { get: (_t, p) => () => Promise.reject(new Error(`a box job called base step ${String(p)}`)) });
+
+function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: number, progress: number[] = [], bases: BaseHost = noBases): JobContext<P> {
   return {
+    bases,
     payload,
     operationId: newId('op'),
     attempt,

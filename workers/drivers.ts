@@ -64,6 +64,19 @@ export interface StorageDriver {
   /** Destroys a base; throws if box roots still depend on it. */
   destroyBase(base: BaseRef): Promise<void>;
   baseSizeBytes(base: BaseRef): Promise<number>;
+  /** The mounted, read-only directory of a base's files (what an export reads). */
+  baseRootPath(base: BaseRef): string;
+  /** Holds the box's root as it is at this instant under an internal name (`tag`: [a-z0-9-]),
+   *  for `baseFromBoxRoot`; the caller pauses a running box around it. Idempotent. */
+  holdBoxRoot(boxId: string, tag: string): Promise<void>;
+  /**
+   * Makes `base` from a held root: its files copied into the base's dataset, owners moved from
+   * the box's id range back to box ids (0…65535), then the hold dropped. Idempotent: a base
+   * already made only drops the hold; a half-made one is made again.
+   */
+  baseFromBoxRoot(boxId: string, tag: string, base: BaseRef): Promise<void>;
+  /** Drops a hold (a save that failed for good). Idempotent. */
+  releaseBoxRoot(boxId: string, tag: string): Promise<void>;
 
   /** Clones a new box root from `source`, with `storageGb` as its quota; answers the mounted
    *  directory. With `idMap`, a root from a base is cloned from that base's copy shifted into

@@ -9,6 +9,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { nodeQueueName } from '../jobs/queue';
 import type { JobHandler } from '../jobs/types';
 import { BoxSteps } from './boxSteps';
+import { dropStaleUploads, stagingDirOf } from './baseSteps';
 import type { WorkerContext } from './context';
 import { createDrivers, Drivers, prepareHost } from './setup';
 import { startWorker, WorkerOptions } from './worker';
@@ -69,6 +70,9 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers }), jobState };
     const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage);
     local.maxConcurrentExecs = config.execLimits.perNode;
+    local.baseImports = { stagingDir: stagingDirOf(config), ...config.baseImport };
+    // Uploads a day old have no job left that wants them (an api that died between staging and queueing).
+    if (opts.role === 'node') await dropStaleUploads(stagingDirOf(config), 24 * 3600_000).catch((e) => log.warn({ err: String(e) }, 'could not sweep stale base uploads'));
 
     if (opts.role === 'node') await prepareHost(ctx);
     const worker = startWorker(ctx, opts.handlers, {

@@ -3,6 +3,7 @@ import IORedis, { RedisOptions } from 'ioredis';
 import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations';
 import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
 import type { JobContext, JobEnvelope, JobHandler } from '../jobs/types';
+import { BaseSteps, stagingDirOf } from './baseSteps';
 import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
 
@@ -34,6 +35,8 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     await publisher.publish(operationsChannel(opts.prefix), id).catch(() => undefined);
   };
 
+  const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport });
+
   /** The context a handler runs with, for the attempt that is starting now. */
   const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
     const { operationId } = job.data;
@@ -45,6 +48,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       lastAttempt: attempt >= (job.opts.attempts ?? DEFAULT_ATTEMPTS),
       db: ctx.db,
       node: ctx.boxes,
+      bases,
       log: ctx.log.child({ op: operationId, kind: job.name, attempt }),
       progress: async (percent: number) => {
         await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });

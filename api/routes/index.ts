@@ -51,6 +51,12 @@ import putFile from './files/put';
 import statFile from './files/stat';
 import listFiles from './files/list';
 import deleteFile from './files/delete';
+import listBases from './bases/list';
+import getBase from './bases/get';
+import deleteBase from './bases/delete';
+import exportBase from './bases/export';
+import saveBase from './bases/save';
+import importBase from './bases/import';
 import listNodes from './nodes/list';
 import getNode from './nodes/get';
 import updateNode from './nodes/update';
@@ -71,6 +77,7 @@ export const routes: RouteDef[] = [
   createSnapshot, listSnapshots, getSnapshot, restoreSnapshot, deleteSnapshot,
   statFile, listFiles, getFile, putFile, deleteFile,
   createTicket,
+  listBases, importBase, getBase, deleteBase, exportBase, saveBase,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

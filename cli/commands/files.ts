@@ -7,7 +7,7 @@ import * as tar from 'tar';
 import type { FileList, FileStat } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
 import { action, Ctx, projectOption } from '../context';
-import { printTable, say } from '../output';
+import { printTable, say, transferProgress as progress } from '../output';
 import { openSession } from '../session';
 
 const boxPath = (ctx: Ctx, project: string | undefined, box: string) => apiPath('v1', 'projects', ctx.project(project), 'boxes', box);
@@ -19,34 +19,6 @@ function remote(spec: string): { box: string; path: string } | null {
   return m ? { box: m[1], path: m[2] } : null;
 }
 
-/** A progress line on stderr for long transfers (only on a terminal, not with --json). */
-function progress(label: string, total?: number): Transform {
-  const show = process.stderr.isTTY;
-  let done = 0;
-  const t0 = Date.now();
-  let last = 0;
-  const line = (final = false) => {
-    const s = (Date.now() - t0) / 1000;
-    const mb = done / 1e6;
-    const pct = total ? ` ${Math.min(100, Math.round((done / total) * 100))}%` : '';
-    process.stderr.write(`\r${label}: ${mb.toFixed(1)} MB${total ? ` of ${(total / 1e6).toFixed(1)} MB` : ''}${pct}, ${(mb / Math.max(s, 0.001)).toFixed(1)} MB/s${final ? '\n' : ''}`);
-  };
-  return new Transform({
-    transform(chunk: Buffer, _enc, cb) {
-      done += chunk.length;
-      if (show && Date.now() - last > 200) {
-        last = Date.now();
-        line();
-      }
-      cb(null, chunk);
-    },
-    flush(cb) {
-      if (show && Date.now() - t0 > 500) line(true);
-      else if (show && last) process.stderr.write('\r\x1b[K');
-      cb();
-    },
-  });
-}
 
 const showStat = (st: FileStat) => `${st.mode} ${st.type.padEnd(7)} ${String(st.size).padStart(10)} ${st.mtime} ${st.path}${st.target ? ` -> ${st.target}` : ''}`;
 

@@ -1,20 +1,63 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
 
-export interface BaseRow {
+export interface BaseMeta {
+  builder: string | null;
+  parent: string | null;
+  parent_alias: string | null;
+  parent_version: string | null;
+  script: string | null;
+  script_sha256: string | null;
+}
+
+export interface BaseRow extends BaseMeta {
   name: string;
   version: string;
   size_bytes: number;
   created_at: string;
+  /** `making` while its save or import job runs; `ready` after (db/migrations/008_bases.ts). */
+  state: 'making' | 'ready';
+  origin: 'builtin' | 'saved' | 'imported';
+  /** The owner project of a saved base; null: every project's. */
+  project: string | null;
+  /** The node whose pool holds it; null: every node makes its own (built-in bases). */
+  node: string | null;
+  /** sha256 of an imported archive as uploaded. */
+  sha256: string | null;
+  created_by: string | null;
 }
 
+export const NO_META: BaseMeta = { builder: null, parent: null, parent_alias: null, parent_version: null, script: null, script_sha256: null };
+
+const ready = (db: Db) => db<BaseRow>('bases').where({ state: 'ready' });
+
 export const basesRepo = {
-  /** Records a base version once; a second call keeps the first record. */
-  async ensure(db: Db, b: Omit<BaseRow, 'created_at'>): Promise<void> {
-    await db<BaseRow>('bases').insert({ ...b, created_at: now() }).onConflict(['name', 'version']).ignore();
+  /** Records a built-in base version once (each node makes its own copy); a second call keeps the first record. */
+  async ensure(db: Db, b: Pick<BaseRow, 'name' | 'version' | 'size_bytes'>): Promise<void> {
+    await db<BaseRow>('bases').insert({ ...NO_META, ...b, created_at: now(), state: 'ready', origin: 'builtin', project: null, node: null, sha256: null, created_by: null }).onConflict(['name', 'version']).ignore();
   },
-  get: (db: Db, name: string, version: string) => db<BaseRow>('bases').where({ name, version }).first(),
-  /** `<name>` means its newest version. */
-  newest: (db: Db, name: string) => db<BaseRow>('bases').where({ name }).orderBy('created_at', 'desc').orderBy('version').first(),
-  list: (db: Db) => db<BaseRow>('bases').orderBy('name').orderBy('created_at', 'desc'),
+  /** Takes name@version for a base being made; false when it is taken. */
+  async reserve(db: Db, row: Omit<BaseRow, 'state' | 'size_bytes' | 'created_at'>): Promise<boolean> {
+    const inserted = await db<BaseRow>('bases').insert({ ...row, state: 'making', size_bytes: 0, created_at: now() }).onConflict(['name', 'version']).ignore().returning('name');
+    return inserted.length > 0;
+  },
+  async markReady(db: Db, name: string, version: string, sizeBytes: number): Promise<void> {
+    await db<BaseRow>('bases').where({ name, version }).update({ state: 'ready', size_bytes: sizeBytes });
+  },
+  /** Forgets a version still being made (its job failed for good). */
+  async dropMaking(db: Db, name: string, version: string): Promise<void> {
+    await db<BaseRow>('bases').where({ name, version, state: 'making' }).delete();
+  },
+  async remove(db: Db, name: string, version: string): Promise<void> {
+    await db<BaseRow>('bases').where({ name, version }).delete();
+  },
+  /** Any version of a name, whatever its state (who owns the name). */
+  anyOf: (db: Db, name: string) => db<BaseRow>('bases').where({ name }).first(),
+  get: (db: Db, name: string, version: string) => ready(db).where({ name, version }).first(),
+  /** Including versions being made. */
+  getAny: (db: Db, name: string, version: string) => db<BaseRow>('bases').where({ name, version }).first(),
+  /** `<name>` means its newest ready version. */
+  newest: (db: Db, name: string) => ready(db).where({ name }).orderBy('created_at', 'desc').orderBy('version').first(),
+  versions: (db: Db, name: string) => ready(db).where({ name }).orderBy('created_at', 'desc'),
+  list: (db: Db) => ready(db).orderBy('name').orderBy('created_at', 'desc'),
 };

@@ -90,6 +90,8 @@ export const boxesRepo = {
     await db('publishes').where({ box_id: id }).delete();
     return db<BoxRow>('boxes').where({ id }).delete();
   },
+  /** Boxes (of any project, in any state) made from one of these `name@version` bases. */
+  countByBase: async (db: Db, bases: string[]) => Number((await db<BoxRow>('boxes').whereIn('base', bases).count<{ n: number | string }[]>({ n: '*' }))[0]?.n ?? 0),
   onNode: async (db: Db, node: string) => (await db<BoxRow>('boxes').where({ node })).map(decodeBox),
   failOnNode: (db: Db, node: string, error: string) => db<BoxRow>('boxes').where({ node }).update({ status: 'failed', error, address: null, updated_at: now() }),
   /** One page of boxes in (project, name) order, after the cursor. */

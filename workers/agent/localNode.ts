@@ -1,9 +1,16 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import { BoxhostError, conflict, invalid, notFound } from '../../core/errors';
 import type { FileList, FileStat } from '../../core/apiTypes';
-import type { BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
+import type { BaseRef } from '../../core/box';
+import { BaseTarError, stageTar } from '../bases/tarImport';
+import { packBase } from '../bases/tarExport';
+import { MAX_BASE_ENTRIES, stagedFile } from '../baseSteps';
+import { StorageInUseError } from '../storage/zfs';
+import type { StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
 import type { BoxFileInfo, BoxFiles, BoxServices, ExecProcess, RuntimeDriver, StorageDriver } from '../drivers';
 import { startService } from './localServices';
@@ -223,6 +230,50 @@ export class LocalNode implements NodeClient {
 
   restoreBlockers(boxId: string, name: string): Promise<{ snapshots: string[]; forks: string[] }> {
     return this.storage.rollbackBlockers(boxId, name);
+  }
+
+  // ------------------------------------------------------------------ bases (docs/bases.md)
+
+  /** Where uploads wait and how large they may be (set by the composition root); null: this
+   *  node takes no imports. */
+  baseImports: { stagingDir: string; maxBytes: number; maxUnpackedBytes: number } | null = null;
+
+  async stageBaseImport(data: Readable): Promise<StagedImport> {
+    const opts = this.baseImports;
+    if (!opts) throw new BoxhostError('unavailable', `node ${this.nodeId} takes no base imports`);
+    this.checkStorage();
+    await fs.promises.mkdir(opts.stagingDir, { recursive: true, mode: 0o700 });
+    const token = crypto.randomBytes(16).toString('hex');
+    try {
+      const scan = await stageTar(data, stagedFile(opts.stagingDir, token), { maxBytes: opts.maxBytes, maxUnpackedBytes: opts.maxUnpackedBytes, maxEntries: MAX_BASE_ENTRIES });
+      return { token, bytes: scan.bytes, sha256: scan.sha256, entries: scan.entries, unpackedBytes: scan.unpackedBytes, dropped: scan.dropped, setidCleared: scan.setidCleared };
+    } catch (e) {
+      if (e instanceof BaseTarError) {
+        if (e.kind === 'too_large') throw new BoxhostError('payload_too_large', e.message);
+        throw invalid(`the base archive is refused: ${e.message}`, [{ field: 'body', issue: e.message }]);
+      }
+      throw e;
+    }
+  }
+
+  async discardStagedImport(token: string): Promise<void> {
+    if (!this.baseImports) return;
+    await fs.promises.rm(stagedFile(this.baseImports.stagingDir, token), { force: true });
+  }
+
+  async exportBase(base: BaseRef): Promise<Readable> {
+    this.checkStorage();
+    if (!(await this.storage.hasBase(base))) throw notFound(`base ${base.name}@${base.version} on node ${this.nodeId}`);
+    return packBase(this.storage.baseRootPath(base));
+  }
+
+  async destroyBase(base: BaseRef): Promise<void> {
+    try {
+      await this.storage.destroyBase(base);
+    } catch (e) {
+      if (e instanceof StorageInUseError) throw conflict(`base ${base.name}@${base.version} is in use on node ${this.nodeId}: ${e.message}`);
+      throw e;
+    }
   }
 
   /** Set by the storage watchdog while it brings the storage back (why it had to). */

@@ -8,7 +8,7 @@ import type { Logger } from '../../core/logger';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Server as WebSocketServer } from 'ws';
-import { agentRoutes, BOX_ID_PATTERN, execRequestSchema, execSessionSchema, FILE_STAT_HEADER, limitsSchema, serviceCallSchema, snapshotNameSchema, TUNNEL_PROTOCOL } from '../../cluster/protocol';
+import { agentRoutes, baseRefSchema, stagingTokenSchema, BOX_ID_PATTERN, execRequestSchema, execSessionSchema, FILE_STAT_HEADER, limitsSchema, serviceCallSchema, snapshotNameSchema, TUNNEL_PROTOCOL } from '../../cluster/protocol';
 import { bridgeSession } from '../../cluster/wsSession';
 import type { LocalNode } from './localNode';
 import { versionInfo } from '../../core/version';
@@ -142,6 +142,21 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     const mode = typeof req.query.mode === 'string' && /^[0-7]{1,4}$/.test(req.query.mode) ? parseInt(req.query.mode, 8) : undefined;
     return opts.node.fileWrite(await box(req), pathOf(req), req, mode);
   }));
+
+  // Bases: an upload staged and checked on this node's disk, an export streamed, a copy dropped.
+  app.put(agentRoutes.baseImports, handle(async (req) => opts.node.stageBaseImport(req)));
+  app.delete(agentRoutes.baseImports, handle(async (req) => opts.node.discardStagedImport(check(stagingTokenSchema, req.query.token))));
+  app.delete(agentRoutes.bases, handle(async (req) => opts.node.destroyBase(check(baseRefSchema, req.query))));
+  app.get(agentRoutes.bases, async (req: Request, res: Response, next: NextFunction) => {
+    try {
+      const data = await opts.node.exportBase(check(baseRefSchema, req.query));
+      if (res.destroyed) return void data.destroy();
+      res.status(200).setHeader('content-type', 'application/x-tar');
+      await pipeline(data, res).catch(() => res.destroy());
+    } catch (e) {
+      next(e);
+    }
+  });
 
   // Services: one call route (the op says which), and the log streamed.
   app.post(agentRoutes.services, handle(async (req) => {

@@ -25,10 +25,24 @@ const PARALLEL = 32;
  *   attributes (zfs-fuse) have no capabilities to keep.
  */
 export async function shiftTree(dir: string, idMap: IdMap): Promise<{ entries: number }> {
+  const nobody = Math.min(65534, idMap.size - 1);
+  return remapTree(dir, (id) => idMap.hostId + (id < idMap.size ? id : nobody), idMap.hostId);
+}
+
+/**
+ * The way back (a base saved from a box): owners in `idMap`'s range go back to box ids 0…size-1,
+ * any other owner (a host id that is not the box's) to nobody (65534). Capabilities are written
+ * again as plain ones (no namespace root). Same walk and guarantees as `shiftTree`.
+ */
+export async function unshiftTree(dir: string, idMap: IdMap): Promise<{ entries: number }> {
+  const inRange = (id: number) => id >= idMap.hostId && id < idMap.hostId + idMap.size;
+  return remapTree(dir, (id) => (inRange(id) ? id - idMap.hostId : 65534), null);
+}
+
+async function remapTree(dir: string, mapId: (id: number) => number, capsRootId: number | null): Promise<{ entries: number }> {
   const caps = await readCapabilities(dir);
   const seenInodes = new Set<number>();
-  const nobody = Math.min(65534, idMap.size - 1);
-  const shift = (id: number) => idMap.hostId + (id < idMap.size ? id : nobody);
+  const shift = mapId;
   let entries = 0;
 
   const one = async (p: string): Promise<fs.Stats> => {
@@ -53,7 +67,7 @@ export async function shiftTree(dir: string, idMap: IdMap): Promise<{ entries: n
       stats.forEach((st, j) => st.isDirectory() && stack.push(batch[j]));
     }
   }
-  for (const { file, text } of caps) await run([SETCAP, '-n', String(idMap.hostId), text, file]);
+  for (const { file, text } of caps) await run(capsRootId === null ? [SETCAP, text, file] : [SETCAP, '-n', String(capsRootId), text, file]);
   return { entries };
 }
 

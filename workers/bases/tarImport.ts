@@ -143,15 +143,15 @@ export async function extractTar(input: Readable, root: string, limits: TarLimit
         dirs.push({ full, uid: v.uid, gid: v.gid, mode: v.mode, mtime: v.mtime, depth: v.path === '' ? 0 : v.path.split('/').length });
         return drain(entry);
       case 'file': {
-        const fd = fs.openSync(full, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+        const fh = await fs.promises.open(full, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
         try {
-          await pipeline(entry, fs.createWriteStream('', { fd, autoClose: false }));
+          for await (const chunk of entry) await fh.write(chunk as Buffer);
           // chown before chmod: chown clears setuid/setgid bits.
-          fs.fchownSync(fd, v.uid, v.gid);
-          fs.fchmodSync(fd, v.mode);
-          if (v.mtime) fs.futimesSync(fd, v.mtime, v.mtime);
+          await fh.chown(v.uid, v.gid);
+          await fh.chmod(v.mode);
+          if (v.mtime) await fh.utimes(v.mtime, v.mtime);
         } finally {
-          fs.closeSync(fd);
+          await fh.close();
         }
         return;
       }

@@ -122,6 +122,37 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
     return b.sizeBytes;
   }
 
+  baseRootPath(base: BaseRef): string {
+    return path.join(this.opts.mountRoot ?? '/nonexistent/boxhost-mock', 'bases', base.name, base.version);
+  }
+
+  /** Holds as `box@tag` (no files: the base made from it is empty, its lineage kept). */
+  private readonly holds = new Set<string>();
+
+  async holdBoxRoot(boxId: string, tag: string): Promise<void> {
+    this.fault('holdBoxRoot');
+    if (!this.roots.has(boxId)) throw new Error(`box root ${boxId} does not exist`);
+    this.holds.add(`${boxId}@${tag}`);
+  }
+
+  async baseFromBoxRoot(boxId: string, tag: string, base: BaseRef): Promise<void> {
+    this.fault('baseFromBoxRoot');
+    if (!this.bases.has(baseKey(base))) {
+      if (!this.holds.has(`${boxId}@${tag}`)) throw new Error(`box root ${boxId} has no hold ${tag}`);
+      await this.createBase(base, async () => {});
+    }
+    this.holds.delete(`${boxId}@${tag}`);
+  }
+
+  async releaseBoxRoot(boxId: string, tag: string): Promise<void> {
+    this.holds.delete(`${boxId}@${tag}`);
+  }
+
+  /** Holds not yet dropped (for assertions). */
+  get heldRoots(): string[] {
+    return [...this.holds];
+  }
+
   async createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
     this.fault('createBoxRoot');
     if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);

@@ -27,7 +27,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run, sleep, type RunResult } from '../../core/command';
 import { settleWithin } from '../../core/timeout';
-import { shiftTree } from '../bases/idShift';
+import { shiftTree, unshiftTree } from '../bases/idShift';
+import { ID_RANGE_SIZE } from '../../core/box';
 import type { BaseRef, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
 import { fuseMountsOf, isPrivateMount, mountedUnder, mountFlags, processAlive, removeEmptyDirs } from './hostFs';
 import { isDaemonDown, ROOTS_PER_ARC_MB, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
@@ -91,6 +92,9 @@ const isExists = (text: string) => /already exists/i.test(text);
 
 function checkComponent(what: string, value: string): void {
   if (!COMPONENT.test(value)) throw new Error(`invalid ${what} ${JSON.stringify(value)} for a ZFS dataset name`);
+}
+function checkTag(value: string): void {
+  if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(value)) throw new Error(`invalid hold tag ${JSON.stringify(value)}`);
 }
 function checkUserSnapshot(value: string): void {
   if (!USER_SNAPSHOT.test(value)) throw new Error(`invalid snapshot name ${JSON.stringify(value)}`);
@@ -379,8 +383,50 @@ export class ZfsStorage implements StorageDriver {
   }
 
   /** The mounted, read-only directory of a base (for export). */
-  basePath(base: BaseRef): string {
+  baseRootPath(base: BaseRef): string {
+    this.baseDataset(base);
     return path.join(this.mountRoot, 'bases', base.name, base.version);
+  }
+
+  async holdBoxRoot(boxId: string, tag: string): Promise<void> {
+    checkTag(tag);
+    const hold = `${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`;
+    await this.zfsTolerating(['snapshot', hold], isExists);
+  }
+
+  /**
+   * The held root cloned (read-only) under R/tmp, copied with `cp -a` into the base's dataset
+   * (links, modes, owners kept), owners moved back from the range the root's `boxhost:idmap`
+   * names; the clone and the hold destroyed whatever happened. A copy, not a clone: the base
+   * must not depend on a box that may be deleted, nor the box on the base.
+   */
+  async baseFromBoxRoot(boxId: string, tag: string, base: BaseRef): Promise<void> {
+    checkTag(tag);
+    const hold = `${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`;
+    const tmp = `${this.root}/tmp/save-${tag}`;
+    try {
+      if (await this.hasBase(base)) return;
+      if (!(await this.exists(hold))) throw new Error(`box root ${boxId} has no hold ${tag}`);
+      const range = await this.prop(hold, IDMAP_PROP);
+      await this.zfsTolerating(['create', '-p', `${this.root}/tmp`], isExists);
+      if (await this.exists(tmp)) await this.destroyDataset(tmp);
+      await this.zfs(['clone', '-o', 'readonly=on', hold, tmp]);
+      await this.ensureMounted(tmp);
+      const from = await this.prop(tmp, 'mountpoint');
+      await this.createBase(base, async (dir) => {
+        await run(['cp', '-a', '--', `${from}/.`, `${dir}/`], { timeoutMs: 60 * 60_000 });
+        if (/^\d+$/.test(range)) await unshiftTree(dir, { hostId: Number(range), size: ID_RANGE_SIZE });
+      });
+    } finally {
+      await this.destroyDataset(tmp).catch((e) => this.log.warn({ dataset: tmp, err: String(e) }, 'left a temporary clone of a saved root'));
+      await this.destroySnapshot(hold).catch((e) => this.log.warn({ snapshot: hold, err: String(e) }, 'left the hold of a saved root'));
+    }
+  }
+
+  async releaseBoxRoot(boxId: string, tag: string): Promise<void> {
+    checkTag(tag);
+    await this.destroyDataset(`${this.root}/tmp/save-${tag}`);
+    await this.destroySnapshot(`${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`);
   }
 
   // ---------------------------------------------------------------- box roots

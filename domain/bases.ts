@@ -1,0 +1,188 @@
+import crypto from 'node:crypto';
+import type { Readable } from 'node:stream';
+import type { DomainContext, Identity } from './context';
+import type { Base, BaseProvenance, SaveBaseRequest } from '../core/apiTypes';
+import type { NodeClient } from '../cluster/types';
+import { basesRepo, BaseRow, NO_META } from '../db/repos/bases';
+import { boxesRepo } from '../db/repos/boxes';
+import { canSnapshot, projectedStatus } from '../core/box';
+import { BoxhostError, conflict, forbidden, invalidField, notFound } from '../core/errors';
+import { baseJobs } from '../jobs/baseJobs';
+import { resolveBase, visible } from './baseResolve';
+import { loadBox, pendingActions } from './boxes';
+import type { Accepted } from './operations';
+
+/**
+ * Bases (docs/bases.md): the built-in ones every node makes, those saved from a box (owned by
+ * its project) and those imported from a tarball (everyone's). A version is made by a job on
+ * one node, whose pool then holds it; boxes from it are placed there.
+ */
+
+export const basePath = (name: string, version: string) => `/v1/bases/${name}@${version}`;
+
+export const toApiBase = (r: BaseRow): Base => ({
+  name: r.name,
+  version: r.version,
+  created_at: r.created_at,
+  size_bytes: Number(r.size_bytes),
+  origin: r.origin,
+  project: r.project,
+  builder: r.builder,
+  parent: r.parent,
+  parent_alias: r.parent_alias,
+  parent_version: r.parent_version,
+  script: r.script,
+  script_sha256: r.script_sha256,
+});
+
+export async function listBases(ctx: DomainContext, identity: Identity): Promise<Base[]> {
+  return (await basesRepo.list(ctx.db)).filter((r) => visible(identity, r)).map(toApiBase);
+}
+
+export async function getBase(ctx: DomainContext, identity: Identity, spec: string): Promise<Base> {
+  const row = await resolveBase(ctx, identity, spec);
+  if (!row) throw notFound(`base ${spec}`);
+  return toApiBase(row);
+}
+
+const provenance = (p: BaseProvenance) => ({
+  ...NO_META,
+  ...Object.fromEntries(Object.entries(p).filter(([k, v]) => k in NO_META && v !== undefined)),
+});
+
+/**
+ * A name belongs to one owner: every version of `name` is the same project's (or everyone's).
+ * Built-in names are the nodes' own.
+ */
+async function assertNameFree(ctx: DomainContext, name: string, owner: string | null): Promise<void> {
+  const any = await basesRepo.anyOf(ctx.db, name);
+  if (!any) return;
+  if (any.origin === 'builtin') throw conflict(`base name ${name} is a built-in base's; pick another name`);
+  if (any.project !== owner) throw conflict(`base name ${name} is taken${any.project === null ? ' by an imported base' : ' by another project'}; pick another name`);
+}
+
+const shownWhileMaking = (name: string, version: string, at: string): Base => ({
+  name, version, created_at: at, size_bytes: 0, origin: 'saved', project: null, ...NO_META,
+});
+
+/** What an accepted save or import answers: the base as known so far (DESIGN.md §6). */
+const loader = (ctx: DomainContext, name: string, version: string) => async () => {
+  const row = await basesRepo.getAny(ctx.db, name, version);
+  return row ? toApiBase(row) : shownWhileMaking(name, version, new Date().toISOString());
+};
+
+/**
+ * Saves a box as a base (202 + operation): a job in turn with the box's operations on its node.
+ * The version is the build rule's hash when the request names `parent_alias` and `script` (a
+ * client-side build: the same inputs give the same version, a second save of them is a 409),
+ * else a new random one.
+ */
+export async function saveBase(ctx: DomainContext, identity: Identity, project: string, req: SaveBaseRequest): Promise<Accepted<Base>> {
+  const current = await loadBox(ctx, identity, project, req.box);
+  await ctx.nodes.assertUp(current.node);
+  await assertNameFree(ctx, req.name, project);
+  const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
+  const operation = await ctx.db.transaction(async (trx) => {
+    const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
+    const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
+    if (box.status === 'creating' || !canSnapshot(projected)) {
+      const shown = box.status === 'creating' ? 'creating' : projected === box.status ? box.status : `going to be ${projected}`;
+      throw conflict(`box ${project}/${req.box} is ${shown}; it can be saved as a base when running or stopped`);
+    }
+    const reserved = await basesRepo.reserve(trx, {
+      name: req.name, version, origin: 'saved', project, node: box.node, sha256: null, created_by: identity.name, ...provenance(req),
+    });
+    if (!reserved) throw conflict(`base ${req.name}@${version} already exists`);
+    return ctx.queue.enqueue(trx, baseJobs.save.of({ boxId: box.id, name: req.name, version }), {
+      resource: basePath(req.name, version), node: box.node, project, boxId: box.id, createdBy: identity.name,
+    });
+  });
+  return { operation, load: loader(ctx, req.name, version) };
+}
+
+/** DESIGN.md §6: first 12 hex of sha256(`<parent>@<parent version or "">\n<script>`). */
+export const buildVersion = (parent: string, parentVersion: string | null, script: string) =>
+  crypto.createHash('sha256').update(`${parent}@${parentVersion ?? ''}\n${script}`).digest('hex').slice(0, 12);
+
+export interface ImportRequest extends BaseProvenance {
+  name: string;
+}
+
+/**
+ * Imports a base (202 + operation): the upload is streamed to a node's disk and checked there
+ * entry by entry (a refused archive is 400 naming the entry, an oversize one 413, and nothing
+ * is left), then unpacked by a job. The version is the first 12 hex of the upload's sha256, so
+ * importing the same bytes again gives the same version (the job then only drops the upload).
+ */
+export async function importBase(ctx: DomainContext, identity: Identity, req: ImportRequest, data: Readable): Promise<Accepted<Base>> {
+  await assertNameFree(ctx, req.name, null);
+  const existing = await basesRepo.anyOf(ctx.db, req.name);
+  // A name's versions stay together on one node when they can (its first one's).
+  const nodeId = existing?.node && !(await ctx.nodes.downNodes([existing.node])).has(existing.node)
+    ? existing.node
+    : await ctx.nodes.place(ctx.config.region, { cpus: 0, ram_mb: 0, storage_gb: 0 });
+  const node = await ctx.nodes.client(nodeId);
+  const staged = await node.stageBaseImport(data);
+  const version = staged.sha256.slice(0, 12);
+  try {
+    const operation = await ctx.db.transaction(async (trx) => {
+      const had = await basesRepo.getAny(trx, req.name, version);
+      if (!had) {
+        await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: null, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
+      }
+      return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
+        resource: basePath(req.name, version), node: nodeId, createdBy: identity.name,
+      });
+    });
+    return { operation, load: loader(ctx, req.name, version) };
+  } catch (e) {
+    await node.discardStagedImport(staged.token).catch(() => undefined);
+    throw e;
+  }
+}
+
+/** The node that can serve a base's files: its holder, or (built-in) any node that is up. */
+async function holderOf(ctx: DomainContext, row: BaseRow): Promise<NodeClient> {
+  if (row.node) {
+    await ctx.nodes.assertUp(row.node);
+    return ctx.nodes.client(row.node);
+  }
+  const nodeId = await ctx.nodes.place(ctx.config.region, { cpus: 0, ram_mb: 0, storage_gb: 0 });
+  return ctx.nodes.client(nodeId);
+}
+
+export async function exportBase(ctx: DomainContext, identity: Identity, spec: string): Promise<{ base: Base; data: Readable }> {
+  const row = await resolveBase(ctx, identity, spec);
+  if (!row) throw notFound(`base ${spec}`);
+  const node = await holderOf(ctx, row);
+  return { base: toApiBase(row), data: await node.exportBase({ name: row.name, version: row.version }) };
+}
+
+/**
+ * Deletes `name@version`, or every version of `name` (204). 409 while any box (of any project:
+ * it is named only by count) was made from one, or one is still being made; built-in bases are
+ * the nodes' own. An imported base is everyone's: only a token without a project limit deletes it.
+ */
+export async function deleteBase(ctx: DomainContext, identity: Identity, spec: string): Promise<void> {
+  const [name, version] = spec.split('@');
+  const rows = (version ? [await basesRepo.getAny(ctx.db, name, version)] : await ctx.db<BaseRow>('bases').where({ name })).filter((r): r is BaseRow => r !== undefined && visible(identity, r));
+  if (rows.length === 0) throw notFound(`base ${spec}`);
+  if (rows.some((r) => r.origin === 'builtin')) throw conflict(`base ${name} is built in (every node makes it); it cannot be deleted`);
+  if (rows.some((r) => r.project === null) && identity.projects !== null) throw forbidden(`base ${name} is shared by every project; only a token without a project limit can delete it`);
+  if (rows.some((r) => r.state === 'making')) throw conflict(`base ${spec} is still being made; delete it once its operation has ended`);
+  const specs = rows.map((r) => `${r.name}@${r.version}`);
+  const users = await boxesRepo.countByBase(ctx.db, specs);
+  if (users > 0) throw new BoxhostError('conflict', `base ${spec} is in use by ${users} box${users === 1 ? '' : 'es'}; delete ${users === 1 ? 'it' : 'them'} first`, [{ field: 'name', issue: `${users} box(es) were made from it` }]);
+  for (const r of rows) {
+    const node = await holderOf(ctx, r);
+    await node.destroyBase({ name: r.name, version: r.version });
+    await basesRepo.remove(ctx.db, r.name, r.version);
+  }
+}
+
+/** Where a box from `row` must be made: the node holding it (null: any node, built-in). */
+export const baseNode = (row: BaseRow): string | null => row.node;
+
+export const checkBaseSpec = (spec: string) => {
+  if (!/^[a-z0-9-]+(@[A-Za-z0-9.:_-]+)?$/.test(spec)) throw invalidField('name', 'must be a base name, or name@version');
+};

@@ -1,0 +1,27 @@
+import Joi from 'joi';
+import { NAME_PATTERN } from '../core/names';
+import { jobType } from './types';
+
+/** Base versions are 12 hex (a content hash or a random id): docs/bases.md "Versions". */
+export const BASE_VERSION_PATTERN = /^[0-9a-f]{12}$/;
+
+export interface BaseRefPayload {
+  name: string;
+  version: string;
+}
+
+export interface BaseSavePayload extends BaseRefPayload {
+  boxId: string;
+}
+
+export interface BaseImportPayload extends BaseRefPayload {
+  /** The upload staged on the job's node (`LocalNode.stageBaseImport`). */
+  token: string;
+}
+
+const ref = { name: Joi.string().pattern(NAME_PATTERN).required(), version: Joi.string().pattern(BASE_VERSION_PATTERN).required() };
+
+export const baseJobs = {
+  save: jobType<BaseSavePayload>('base.save', Joi.object<BaseSavePayload>({ ...ref, boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
+  import: jobType<BaseImportPayload>('base.import', Joi.object<BaseImportPayload>({ ...ref, token: Joi.string().pattern(/^[0-9a-f]{32}$/).required() })),
+} as const;

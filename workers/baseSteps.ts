@@ -1,0 +1,83 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { BaseRef } from '../core/box';
+import type { BoxRecord } from '../db/repos/boxes';
+import type { BaseHost } from '../jobs/ports';
+import type { RuntimeDriver, StorageDriver } from './drivers';
+import { extractTar, type TarLimits } from './bases/tarImport';
+
+/** Entries one base may hold at most (a Debian base has ~20 000). */
+export const MAX_BASE_ENTRIES = 2_000_000;
+
+export interface BaseStepsDeps {
+  storage: StorageDriver;
+  runtime: RuntimeDriver;
+  /** Where uploads wait for their import job (`<data dir>/imports`). */
+  stagingDir: string;
+  limits: Pick<TarLimits, 'maxUnpackedBytes'>;
+}
+
+/** Test-only seam, as in boxSteps.ts: the process dies at the step BOXHOST_TEST_CRASH_AT names. */
+const crashPoint = (point: string) => void (process.env.BOXHOST_TEST_CRASH_AT === point && process.kill(process.pid, 'SIGKILL'));
+
+/** Where a node keeps uploads waiting for their import job. */
+export const stagingDirOf = (config: { dataDir: string }) => path.join(config.dataDir, 'imports');
+
+/** A staged upload's file: tokens are 32 hex, made by the node (never a caller's path). */
+export function stagedFile(stagingDir: string, token: string): string {
+  if (!/^[0-9a-f]{32}$/.test(token)) throw new Error('invalid staging token');
+  return path.join(stagingDir, `${token}.tar`);
+}
+
+/** The node's side of base jobs (docs/bases.md), every step idempotent. */
+export class BaseSteps implements BaseHost {
+  constructor(private readonly d: BaseStepsDeps) {}
+
+  async saveFromBox(box: BoxRecord, ref: BaseRef): Promise<number> {
+    if (!(await this.d.storage.hasBase(ref))) {
+      try {
+        // Inside the try: a pause that froze the box and then failed is thawed too.
+        await this.d.runtime.pause(box.id);
+        crashPoint('base-save:paused');
+        await this.d.storage.holdBoxRoot(box.id, ref.version);
+      } finally {
+        await this.d.runtime.unpause(box.id);
+      }
+      await this.d.storage.baseFromBoxRoot(box.id, ref.version, ref);
+    }
+    return this.d.storage.baseSizeBytes(ref);
+  }
+
+  async abandonSave(boxId: string, ref: BaseRef): Promise<void> {
+    await this.d.storage.releaseBoxRoot(boxId, ref.version).catch(() => undefined);
+    await this.d.storage.destroyBase(ref);
+  }
+
+  async importStaged(token: string, ref: BaseRef): Promise<number> {
+    const file = stagedFile(this.d.stagingDir, token);
+    if (!(await this.d.storage.hasBase(ref))) {
+      if (!fs.existsSync(file)) throw new Error(`the upload of base ${ref.name}@${ref.version} is no longer on this node`);
+      crashPoint('base-import:start');
+      await this.d.storage.createBase(ref, (dir) => extractTar(fs.createReadStream(file), dir, { maxUnpackedBytes: this.d.limits.maxUnpackedBytes, maxEntries: MAX_BASE_ENTRIES }).then(() => undefined));
+    }
+    return this.d.storage.baseSizeBytes(ref);
+  }
+
+  async discardStaged(token: string): Promise<void> {
+    await fs.promises.rm(stagedFile(this.d.stagingDir, token), { force: true });
+  }
+
+  async destroy(ref: BaseRef): Promise<void> {
+    await this.d.storage.destroyBase(ref);
+  }
+}
+
+/** Removes staged uploads older than `ageMs` (their import was never queued, or is long over). */
+export async function dropStaleUploads(stagingDir: string, ageMs: number): Promise<void> {
+  const names = await fs.promises.readdir(stagingDir).catch(() => [] as string[]);
+  for (const n of names) {
+    if (!/^[0-9a-f]{32}\.tar$/.test(n)) continue;
+    const st = await fs.promises.stat(path.join(stagingDir, n)).catch(() => null);
+    if (st && Date.now() - st.mtimeMs > ageMs) await fs.promises.rm(path.join(stagingDir, n), { force: true });
+  }
+}
