@@ -144,6 +144,31 @@ t.test('a worker killed at each step of create, fork and delete converges after 
     t.equal((await call('POST', `${P}/crashs/boxes/s/exec`, { command: ['cat', '/root/f'] })).body.stdout, 'one\n', "the snapshot's files");
   });
 
+  t.test('base save and import', async (t) => {
+    const box = (await call('GET', `${P}/crashs/boxes/s`)).body;
+    const runtime = new RuncRuntime({ dataDir: cfg.dataDir, hostTag: cfg.hostTag });
+    const datasets = async () => (await run(['zfs', 'list', '-H', '-o', 'name', '-t', 'all', '-r', `boxhost-${cfg.hostTag}`])).stdout.split('\n').filter(Boolean);
+    // Killed while the box is held still for the save: the retry holds it again, saves, thaws.
+    const saved = await dieAt(t, 'base-save:paused', () => call('POST', `${P}/crashs/bases`, { box: 's', name: 'crashbase' }));
+    t.equal(await runtime.status(box.id), 'paused', 'the box was held still');
+    await restart();
+    const op = (await call('GET', `/v1/operations/${saved.opId}/wait?timeout=120`)).body;
+    t.equal(op?.status, 'succeeded', `the save converged: ${JSON.stringify(op)}`);
+    t.equal(await runtime.status(box.id), 'running', 'the box runs again (thawed)');
+    t.ok((await call('GET', '/v1/bases/crashbase')).body.size_bytes > 0, 'the base is made');
+    t.notOk((await datasets()).some((d) => /@_save-|\/tmp\/save-/.test(d)), 'no hold or temporary clone is left');
+
+    // Killed as the import starts to unpack: the retry unpacks it again from the staged upload.
+    const tarball = (await fetch(`${host.url}/v1/bases/crashbase/export`, { headers: { authorization: `Bearer ${host.adminToken}` } }).then((r) => r.arrayBuffer()));
+    const imported = await dieAt(t, 'base-import:start', () => host.call('POST', '/v1/bases/import?name=crashimport', { raw: Buffer.from(tarball), contentType: 'application/x-tar' }));
+    await restart();
+    const op2 = (await call('GET', `/v1/operations/${imported.opId}/wait?timeout=120`)).body;
+    t.equal(op2?.status, 'succeeded', `the import converged: ${JSON.stringify(op2)}`);
+    t.same(fs.readdirSync(path.join(cfg.dataDir, 'imports')), [], 'the staged upload is gone');
+    const made = await call('POST', `${P}/crashs/boxes?wait=120`, { name: 'fromimport', base: 'crashimport' });
+    t.equal((await call('POST', `${P}/crashs/boxes/fromimport/exec`, { command: ['cat', '/root/f'] })).body?.stdout, 'one\n', `a box from it has the files: ${made.text.slice(0, 200)}`);
+  });
+
   t.test('delete', async (t) => {
     const points: [string, Partial<BoxObjects>][] = [
       ['destroy', RUNNING],

@@ -26,6 +26,10 @@ import { restoreBoxJob } from '../jobs/boxRestore';
 import { StorageInUseError } from '../workers/storage/zfs';
 import { BoxSteps } from '../workers/boxSteps';
 import { createMockDrivers } from '../workers/mockDrivers';
+import { BaseSteps, stagedFile } from '../workers/baseSteps';
+import { saveBaseJob } from '../jobs/baseSave';
+import { importBaseJob } from '../jobs/baseImport';
+import { basesRepo, NO_META } from '../db/repos/bases';
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-jobs-'));
 const db = createDb({ dataDir, databaseUrl: undefined });
@@ -105,9 +109,9 @@ function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: num
 
 /** Runs a handler as the worker does: again after each failure, `onFailed` after the last
  *  attempt. Answers how many attempts ran and the last error, if it failed for good. */
-async function runLikeWorker<P>(handler: JobHandler<P>, payload: P, node: BoxHost, attempts = 5): Promise<{ attempts: number; error?: Error }> {
+async function runLikeWorker<P>(handler: JobHandler<P>, payload: P, node: BoxHost, attempts = 5, bases?: BaseHost): Promise<{ attempts: number; error?: Error }> {
   for (let attempt = 1; ; attempt++) {
-    const ctx = jobContext(node, payload, attempt, attempts);
+    const ctx = jobContext(node, payload, attempt, attempts, [], bases);
     try {
       await handler.run(ctx);
       return { attempts: attempt };
@@ -405,4 +409,60 @@ t.test('a refused restore never leaves the box restoring, nor stopped when it ra
   t.ok(cold.error);
   t.match(await row(box.id), { status: 'stopped' });
   t.equal(await h.runtime.status(box.id), null);
+});
+
+t.test('base save: made once (a fault retried), the hold dropped, the box thawed; refused and failed saves leave nothing', async (t) => {
+  const h = await host();
+  const bases = new BaseSteps({ storage: h.storage, runtime: h.runtime, stagingDir: dataDir, limits: { maxUnpackedBytes: 1 << 20 } });
+  const box = await runningBox(h);
+  const reserve = (version: string) => basesRepo.reserve(db, { name: 'saved', version, origin: 'saved', project: box.project, node: 'local', sha256: null, created_by: 't', ...NO_META });
+
+  await reserve('aaaaaaaaaaaa');
+  h.storage.failNext('baseFromBoxRoot', new Error('a disk hiccup'));
+  const ok = await runLikeWorker(saveBaseJob, { boxId: box.id, name: 'saved', version: 'aaaaaaaaaaaa' }, h.steps, 5, bases);
+  t.same(ok, { attempts: 2 }, 'the retry made it');
+  t.equal((await basesRepo.getAny(db, 'saved', 'aaaaaaaaaaaa'))?.state, 'ready');
+  t.ok(await h.storage.hasBase({ name: 'saved', version: 'aaaaaaaaaaaa' }));
+  t.same(h.storage.heldRoots, [], 'the hold is dropped');
+  t.equal(await h.runtime.status(box.id), 'running', 'the box is not left paused');
+
+  await reserve('bbbbbbbbbbbb');
+  const gone = await runLikeWorker(saveBaseJob, { boxId: 'nosuchbox', name: 'saved', version: 'bbbbbbbbbbbb' }, h.steps, 5, bases);
+  t.match(gone.error?.message, /deleted before it was saved/);
+  t.equal(gone.attempts, 1, 'refused at once');
+  t.equal(await basesRepo.getAny(db, 'saved', 'bbbbbbbbbbbb'), undefined, 'the making record is gone');
+
+  await reserve('cccccccccccc');
+  h.storage.failAlways('baseFromBoxRoot', new Error('the pool is full'));
+  const failed = await runLikeWorker(saveBaseJob, { boxId: box.id, name: 'saved', version: 'cccccccccccc' }, h.steps, 3, bases);
+  h.storage.heal();
+  t.match(failed.error?.message, /pool is full/);
+  t.equal(failed.attempts, 3);
+  t.same(h.storage.heldRoots, [], 'the hold of a failed save is released');
+  t.equal(await basesRepo.getAny(db, 'saved', 'cccccccccccc'), undefined);
+  t.notOk(await h.storage.hasBase({ name: 'saved', version: 'cccccccccccc' }));
+  t.equal(await h.runtime.status(box.id), 'running');
+});
+
+t.test('base import: unpacks the staged upload once, then drops it; a failure drops upload, base and record', async (t) => {
+  const h = await host();
+  const bases = new BaseSteps({ storage: h.storage, runtime: h.runtime, stagingDir: dataDir, limits: { maxUnpackedBytes: 1 << 20 } });
+  const { archive } = await import('./helpers/tarball');
+  const reserve = (version: string) => basesRepo.reserve(db, { name: 'imp', version, origin: 'imported', project: null, node: 'local', sha256: null, created_by: 't', ...NO_META });
+  const token = 'a'.repeat(32);
+  fs.writeFileSync(stagedFile(dataDir, token), archive([{ path: 'etc/hello', body: 'hi' }]));
+  await reserve('dddddddddddd');
+  h.storage.failNext('createBase', new Error('a disk hiccup'));
+  t.same(await runLikeWorker(importBaseJob, { name: 'imp', version: 'dddddddddddd', token }, h.steps, 5, bases), { attempts: 2 });
+  t.equal((await basesRepo.getAny(db, 'imp', 'dddddddddddd'))?.state, 'ready');
+  t.notOk(fs.existsSync(stagedFile(dataDir, token)), 'the upload is removed');
+
+  const bad = 'b'.repeat(32);
+  fs.writeFileSync(stagedFile(dataDir, bad), archive([{ path: '/etc/passwd', body: 'x' }]));
+  await reserve('eeeeeeeeeeee');
+  const failed = await runLikeWorker(importBaseJob, { name: 'imp', version: 'eeeeeeeeeeee', token: bad }, h.steps, 2, bases);
+  t.match(failed.error?.message, /absolute path/, 'the extractor refuses what the scan would have');
+  t.notOk(fs.existsSync(stagedFile(dataDir, bad)));
+  t.equal(await basesRepo.getAny(db, 'imp', 'eeeeeeeeeeee'), undefined);
+  t.notOk(await h.storage.hasBase({ name: 'imp', version: 'eeeeeeeeeeee' }));
 });
