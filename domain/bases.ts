@@ -54,21 +54,21 @@ const provenance = (p: BaseProvenance) => ({
  * A name belongs to one owner: every version of `name` is the same project's (or everyone's).
  * Built-in names are the nodes' own.
  */
-async function assertNameFree(ctx: DomainContext, name: string, owner: string | null): Promise<void> {
-  const any = await basesRepo.anyOf(ctx.db, name);
+async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
+  const any = await basesRepo.anyOf(db, name);
   if (!any) return;
   if (any.origin === 'builtin') throw conflict(`base name ${name} is a built-in base's; pick another name`);
   if (any.project !== owner) throw conflict(`base name ${name} is taken${any.project === null ? ' by an imported base' : ' by another project'}; pick another name`);
+  // A new version of an imported name becomes every project's `name`: only a token without a
+  // project limit (the one kind that may delete it, too) adds one.
+  if (owner === null && identity.projects !== null) throw forbidden(`base ${name} is shared by every project; only a token without a project limit can add a version to it`);
 }
 
-const shownWhileMaking = (name: string, version: string, at: string): Base => ({
-  name, version, created_at: at, size_bytes: 0, origin: 'saved', project: null, ...NO_META,
-});
-
-/** What an accepted save or import answers: the base as known so far (DESIGN.md §6). */
+/** What an accepted save or import answers: the base as known so far (DESIGN.md §6); null
+ *  once its job failed and took the record with it. */
 const loader = (ctx: DomainContext, name: string, version: string) => async () => {
   const row = await basesRepo.getAny(ctx.db, name, version);
-  return row ? toApiBase(row) : shownWhileMaking(name, version, new Date().toISOString());
+  return row ? toApiBase(row) : null;
 };
 
 /**
@@ -80,10 +80,11 @@ const loader = (ctx: DomainContext, name: string, version: string) => async () =
 export async function saveBase(ctx: DomainContext, identity: Identity, project: string, req: SaveBaseRequest): Promise<Accepted<Base>> {
   const current = await loadBox(ctx, identity, project, req.box);
   await ctx.nodes.assertUp(current.node);
-  await assertNameFree(ctx, req.name, project);
+  await assertNameFree(ctx.db, identity, req.name, project);
   const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
   const operation = await ctx.db.transaction(async (trx) => {
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
+    await assertNameFree(trx, identity, req.name, project);
     const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
     if (box.status === 'creating' || !canSnapshot(projected)) {
       const shown = box.status === 'creating' ? 'creating' : projected === box.status ? box.status : `going to be ${projected}`;
@@ -115,7 +116,7 @@ export interface ImportRequest extends BaseProvenance {
  * importing the same bytes again gives the same version (the job then only drops the upload).
  */
 export async function importBase(ctx: DomainContext, identity: Identity, req: ImportRequest, data: Readable): Promise<Accepted<Base>> {
-  await assertNameFree(ctx, req.name, null);
+  await assertNameFree(ctx.db, identity, req.name, null);
   const existing = await basesRepo.anyOf(ctx.db, req.name);
   // A name's versions stay together on one node when they can (its first one's).
   const nodeId = existing?.node && !(await ctx.nodes.downNodes([existing.node])).has(existing.node)
@@ -126,12 +127,15 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
   const version = staged.sha256.slice(0, 12);
   try {
     const operation = await ctx.db.transaction(async (trx) => {
+      // Again, now that the upload is in: a project may have saved under the name meanwhile.
+      await assertNameFree(trx, identity, req.name, null);
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
         await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: null, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
       }
       return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
-        resource: basePath(req.name, version), node: nodeId, createdBy: identity.name,
+        // A project-limited importer follows its operation through one of its projects.
+        resource: basePath(req.name, version), node: nodeId, project: identity.projects?.[0], createdBy: identity.name,
       });
     });
     return { operation, load: loader(ctx, req.name, version) };

@@ -23,8 +23,11 @@ export const importBaseJob = defineJob({
     await bases.discardStaged(payload.token);
     const row = await basesRepo.getAny(db, payload.name, payload.version);
     if (row?.state === 'making') {
-      await bases.destroy(payload);
-      await basesRepo.dropMaking(db, payload.name, payload.version);
+      try {
+        await bases.destroy(payload);
+      } finally {
+        await basesRepo.dropMaking(db, payload.name, payload.version);
+      }
     }
   },
 });

@@ -23,7 +23,12 @@ export const saveBaseJob = defineJob({
     await basesRepo.markReady(db, payload.name, payload.version, size);
   },
   async onFailed({ payload, db, bases }) {
-    await bases.abandonSave(payload.boxId, payload);
-    await basesRepo.dropMaking(db, payload.name, payload.version);
+    try {
+      await bases.abandonSave(payload.boxId, payload);
+    } finally {
+      // A version that never became ready is forgotten even when its cleanup failed (a dataset
+      // left behind is the node's to sweep; a `making` row would block its name for good).
+      await basesRepo.dropMaking(db, payload.name, payload.version);
+    }
   },
 });

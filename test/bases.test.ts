@@ -120,6 +120,16 @@ t.test('bases on a real host', async (t) => {
     const admin = await call('POST', '/v1/projects/bq/boxes', { name: 'x', base: 'web' });
     t.equal(admin.status, 400, 'not even with a token that reaches both: it seeds only its own project');
     t.equal((await as('POST', '/v1/projects/bq/bases', { box: 'src', name: 'web' })).status, 404, 'no box src in bq');
+    // A project-limited token may import a new name, and follow its operation, but not add a
+    // version to a name every project shares.
+    const mine = await host.call('POST', '/v1/bases/import?name=bq-own&wait=60', { raw: archive([{ path: 'etc/x', body: 'bq' }]), contentType: 'application/x-tar', token: other });
+    t.equal(mine.status, 200, mine.text);
+    const opId = mine.headers.get('operation-id');
+    t.equal((await as('GET', `/v1/operations/${opId}`)).status, 200, 'its operation is visible to it');
+    const more = await host.call('POST', '/v1/bases/import?name=bq-own', { raw: archive([{ path: 'etc/x', body: 'two' }]), contentType: 'application/x-tar', token: other });
+    t.equal(more.status, 403, more.text);
+    t.equal((await as('DELETE', '/v1/bases/bq-own')).status, 403);
+    t.equal((await call('DELETE', '/v1/bases/bq-own')).status, 204);
   });
 
   t.test('export and import round-trip; the same bytes are the same version', async (t) => {

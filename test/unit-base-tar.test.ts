@@ -141,3 +141,41 @@ t.test('a root filesystem comes through: links, owners, modes; devices dropped; 
   }
   t.equal(fs.lstatSync(path.join(again, 'usr/bin/su2')).ino, fs.lstatSync(path.join(again, 'usr/bin/su')).ino, 'the hard link round-trips');
 });
+
+t.test('review findings: export takes names as paths, deep names are cheap or refused, nothing after the end is parsed', async (t) => {
+  const { dir, root } = scratch(t);
+  // `@x` must not make the export read the file `x` points to as an archive to append.
+  fs.writeFileSync(path.join(root, '@x'), '');
+  fs.symlinkSync('/etc/hostname', path.join(root, 'x'));
+  const exported = await new Promise<Buffer>(async (resolve, reject) => {
+    const chunks: Buffer[] = [];
+    (await packBase(root)).on('data', (c: Buffer) => chunks.push(c)).on('end', () => resolve(Buffer.concat(chunks))).on('error', reject);
+  });
+  const names: string[] = [];
+  const out = path.join(dir, 'out');
+  fs.mkdirSync(out);
+  await extractTar(Readable.from([exported]), out, limits);
+  for (const n of fs.readdirSync(out).sort()) names.push(`${n}:${fs.lstatSync(path.join(out, n)).isSymbolicLink() ? 'link' : 'file'}`);
+  t.same(names, ['@x:file', 'x:link'], 'the two names, as they are');
+  // An empty base exports as an archive that imports again.
+  const empty = path.join(dir, 'empty');
+  fs.mkdirSync(empty);
+  const chunks: Buffer[] = [];
+  for await (const c of await packBase(empty)) chunks.push(c as Buffer);
+  const back = path.join(dir, 'back');
+  fs.mkdirSync(back);
+  t.ok((await extractTar(Readable.from([Buffer.concat(chunks)]), back, limits)).entries >= 1, 'an empty base round-trips');
+
+  // 2000 names 100 levels deep under distinct tops: each parent is looked at once.
+  const deep = Array.from({ length: 2000 }, (_, i) => ({ path: `${'d'.repeat(1)}${i}/${Array(99).fill('a').join('/')}/f`, body: '' }));
+  const scanned = await stageTar(Readable.from([archive(deep)]), path.join(dir, 'deep.tar'), { ...limits, maxBytes: 64 << 20, maxEntries: 10_000, maxUnpackedBytes: 1 << 30 });
+  t.equal(scanned.entries, 2000);
+  const tooDeep = await refusal(stageTar(Readable.from([archive([{ path: `${Array(130).fill('a').join('/')}/f`, body: '' }])]), path.join(dir, 'd2.tar'), limits));
+  t.match(tooDeep.message, /directories deep/);
+
+  // Junk after the end-of-archive marker is kept in the upload (it is hashed) but never parsed.
+  const junk = Buffer.concat([archive([{ path: 'f', body: 'x' }]), Buffer.alloc(5 << 20, 7)]);
+  const withJunk = await stageTar(Readable.from([junk]), path.join(dir, 'junk.tar'), { ...limits, maxBytes: 10 << 20 });
+  t.equal(withJunk.bytes, junk.length);
+  t.equal(withJunk.entries, 1);
+});

@@ -34,7 +34,9 @@ export class BaseSteps implements BaseHost {
   constructor(private readonly d: BaseStepsDeps) {}
 
   async saveFromBox(box: BoxRecord, ref: BaseRef): Promise<number> {
-    if (!(await this.d.storage.hasBase(ref))) {
+    // A base made by an attempt that died before it dropped the hold: the hold goes now.
+    if (await this.d.storage.hasBase(ref)) await this.d.storage.releaseBoxRoot(box.id, ref.version);
+    else {
       try {
         // Inside the try: a pause that froze the box and then failed is thawed too.
         await this.d.runtime.pause(box.id);
@@ -48,9 +50,13 @@ export class BaseSteps implements BaseHost {
     return this.d.storage.baseSizeBytes(ref);
   }
 
+  /** Everything a failed save may have left: the box frozen (a worker killed while it was
+   *  held), the hold and its clone, a half-made base. Each tried even when another fails. */
   async abandonSave(boxId: string, ref: BaseRef): Promise<void> {
-    await this.d.storage.releaseBoxRoot(boxId, ref.version).catch(() => undefined);
-    await this.d.storage.destroyBase(ref);
+    const steps = [() => this.d.runtime.unpause(boxId), () => this.d.storage.releaseBoxRoot(boxId, ref.version), () => this.d.storage.destroyBase(ref)];
+    const failures: unknown[] = [];
+    for (const step of steps) await step().catch((e: unknown) => failures.push(e));
+    if (failures.length > 0) throw failures[0];
   }
 
   async importStaged(token: string, ref: BaseRef): Promise<number> {

@@ -72,7 +72,13 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     local.maxConcurrentExecs = config.execLimits.perNode;
     local.baseImports = { stagingDir: stagingDirOf(config), ...config.baseImport };
     // Uploads a day old have no job left that wants them (an api that died between staging and queueing).
-    if (opts.role === 'node') await dropStaleUploads(stagingDirOf(config), 24 * 3600_000).catch((e) => log.warn({ err: String(e) }, 'could not sweep stale base uploads'));
+    if (opts.role === 'node') {
+      const sweep = () => dropStaleUploads(stagingDirOf(config), 24 * 3600_000).catch((e) => log.warn({ err: String(e) }, 'could not sweep stale base uploads'));
+      await sweep();
+      const timer = setInterval(sweep, 3600_000);
+      timer.unref();
+      closers.push(async () => clearInterval(timer));
+    }
 
     if (opts.role === 'node') await prepareHost(ctx);
     const worker = startWorker(ctx, opts.handlers, {

@@ -1,4 +1,4 @@
-import { Header } from 'tar';
+import { Header, Pax } from 'tar';
 
 export interface Member {
   path: string;
@@ -17,6 +17,8 @@ export function archive(members: Member[]): Buffer {
     const body = Buffer.from(m.body ?? '');
     const type = m.type ?? (m.path.endsWith('/') ? 'Directory' : 'File');
     const h = new Header({ path: m.path, type: type as never, size: type === 'File' ? body.length : 0, mode: m.mode ?? (type === 'Directory' ? 0o755 : 0o644), uid: m.uid ?? 0, gid: m.gid ?? 0, linkpath: m.linkpath, mtime: new Date(1_700_000_000_000) });
+    // A name a ustar header cannot hold goes in a pax header before it.
+    if (Buffer.byteLength(m.path) > 100) blocks.push(new Pax({ path: m.path } as never).encode());
     const block = Buffer.alloc(512);
     h.encode(block);
     blocks.push(block);

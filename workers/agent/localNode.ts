@@ -271,7 +271,8 @@ export class LocalNode implements NodeClient {
     try {
       await this.storage.destroyBase(base);
     } catch (e) {
-      if (e instanceof StorageInUseError) throw conflict(`base ${base.name}@${base.version} is in use on node ${this.nodeId}: ${e.message}`);
+      // Box ids are not named: the boxes may be another project's.
+      if (e instanceof StorageInUseError) throw conflict(`base ${base.name}@${base.version} is in use by ${e.dependents.length} box root(s) on node ${this.nodeId}`);
       throw e;
     }
   }

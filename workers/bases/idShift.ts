@@ -79,7 +79,9 @@ async function readCapabilities(dir: string): Promise<{ file: string; text: stri
   const out: { file: string; text: string }[] = [];
   for (const line of r.stdout.split('\n')) {
     const m = /^(.*?) ((?:=|cap_)[a-z_,0-9]*[=+-][eip]*(?: (?:=|cap_)[a-z_,0-9]*[=+-][eip]*)*)(?: \[rootid=\d+\])?$/.exec(line);
-    if (m) out.push({ file: m[1], text: m[2] });
+    // getcap does not escape names: a file named "x\nvictim cap_sys_admin+ep" makes a line of
+    // its own. Only absolute paths under `dir` are believed (a name's tail has no `/`).
+    if (m && m[1].startsWith(`${dir.replace(/\/+$/, '')}/`) && !m[1].split('/').includes('..')) out.push({ file: m[1], text: m[2] });
   }
   return out;
 }

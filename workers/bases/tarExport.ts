@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { Readable } from 'node:stream';
-import { create } from 'tar';
+import { Pack } from 'tar';
 
 /**
  * A base's root filesystem as a plain tar stream, its entries at the tar root as `docker export`
@@ -9,7 +9,11 @@ import { create } from 'tar';
  */
 export async function packBase(root: string): Promise<Readable> {
   const names = (await fs.promises.readdir(root)).sort();
-  // An empty root is an empty archive (two zero blocks), not an error.
-  if (names.length === 0) return Readable.from([Buffer.alloc(1024)]);
-  return create({ cwd: root, portable: false, follow: false, strict: true }, names) as unknown as Readable;
+  // Each name added as a path: `create(opts, names)` would read a name that starts with `@` as
+  // "append the archive at this path", following a symlink of the base out to the host.
+  const pack = new Pack({ cwd: root, portable: false, follow: false, strict: true });
+  // An empty root is the root directory alone (an archive with no entry is not one node-tar reads back).
+  for (const n of names.length > 0 ? names : ['.']) pack.add(n);
+  pack.end();
+  return pack as unknown as Readable;
 }

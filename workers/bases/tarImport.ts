@@ -14,7 +14,7 @@ export { BaseTarError, type TarLimits, type TarSummary };
  * entry and must consume or drain its body. Any error (refused entry, damaged archive, the
  * input failing) ends the read and rejects; the input is destroyed.
  */
-function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry: ReadEntry) => Promise<void>): Promise<TarSummary> {
+function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry: ReadEntry, account: (n: number) => void) => Promise<void>): Promise<TarSummary> {
   const rules = new BaseTarRules(limits);
   // strict: a bad checksum, a truncated archive or a stray linkpath is an error, not a warning.
   const parser = new Parser({ strict: true, noResume: true });
@@ -32,7 +32,7 @@ function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry
       chain = chain
         .then(async () => {
           if (failure !== null) return void entry.resume();
-          await onEntry(rules.check(entry), entry);
+          await onEntry(rules.check(entry), entry, (n) => rules.account(n));
         })
         .catch((e) => {
           entry.resume();
@@ -44,6 +44,14 @@ function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry
       if (!entry.meta) fail(new BaseTarError(`archive entry ${JSON.stringify(entry.path.slice(0, 200))} has type ${entry.type}, which a base cannot hold`, entry.path.slice(0, 200)));
     });
     parser.on('error', (e: Error) => fail(new BaseTarError(`not a valid tar archive: ${e.message}`, null)));
+    // Past the end-of-archive marker nothing is parsed (node-tar would keep buffering it): the
+    // rest of the input is read and dropped, so a writer feeding it is never held up.
+    parser.on('eof', () => {
+      input.unpipe(parser);
+      input.on('data', () => undefined);
+      input.resume();
+      parser.end();
+    });
     parser.on('end', () => void chain.then(() => failure === null && resolve(rules.summary)));
     input.on('error', fail);
     input.pipe(parser);
@@ -85,7 +93,7 @@ export async function stageTar(input: Readable, file: string, limits: TarLimits 
   input.once('error', (e) => counted.destroy(e));
   try {
     const [summary] = await Promise.all([
-      walkTar(scan, limits, (_v, entry) => drain(entry)),
+      walkTar(scan, limits, (_v, entry, account) => drain(entry, account)),
       pipeline(counted, out).catch((e) => {
         scan.destroy(e);
         throw e;
@@ -102,12 +110,10 @@ export async function stageTar(input: Readable, file: string, limits: TarLimits 
   }
 }
 
-const drain = (entry: ReadEntry) =>
-  new Promise<void>((resolve, reject) => {
-    entry.on('end', resolve);
-    entry.on('error', reject);
-    entry.resume();
-  });
+/** Reads an entry's data to its end, counting it. */
+async function drain(entry: ReadEntry, account: (n: number) => void): Promise<void> {
+  for await (const chunk of entry) account((chunk as Buffer).length);
+}
 
 /**
  * Unpacks a base tarball into `root` (an empty directory the caller made for it: a new base's
@@ -120,32 +126,35 @@ export async function extractTar(input: Readable, root: string, limits: TarLimit
   const dirs: { full: string; uid: number; gid: number; mode: number; mtime?: Date; depth: number }[] = [];
   const made = new Set<string>(['']);
   const at = (rel: string) => (rel === '' ? root : path.join(root, rel));
-  const ensureParents = (rel: string) => {
-    const segments = rel.split('/');
-    for (let i = 1; i < segments.length; i++) {
-      const parent = segments.slice(0, i).join('/');
-      if (made.has(parent)) continue;
-      fs.mkdirSync(at(parent), { mode: 0o755 });
-      made.add(parent);
+  // The parents not made yet, outermost first (the rules made sure none is a link or a file).
+  const ensureParents = async (rel: string) => {
+    const missing: string[] = [];
+    for (let p = rel.includes('/') ? rel.slice(0, rel.lastIndexOf('/')) : ''; !made.has(p); p = p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '') missing.push(p);
+    for (const p of missing.reverse()) {
+      await fs.promises.mkdir(at(p), { mode: 0o755 });
+      made.add(p);
     }
   };
 
-  const summary = await walkTar(input, limits, async (v, entry) => {
-    if (v.action === 'drop') return drain(entry);
+  const summary = await walkTar(input, limits, async (v, entry, account) => {
+    if (v.action === 'drop') return drain(entry, account);
     const full = at(v.path);
-    ensureParents(v.path);
+    await ensureParents(v.path);
     switch (v.kind) {
       case 'dir':
         if (!made.has(v.path)) {
-          fs.mkdirSync(full, { mode: 0o700 });
+          await fs.promises.mkdir(full, { mode: 0o700 });
           made.add(v.path);
         }
         dirs.push({ full, uid: v.uid, gid: v.gid, mode: v.mode, mtime: v.mtime, depth: v.path === '' ? 0 : v.path.split('/').length });
-        return drain(entry);
+        return drain(entry, account);
       case 'file': {
         const fh = await fs.promises.open(full, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
         try {
-          for await (const chunk of entry) await fh.write(chunk as Buffer);
+          for await (const chunk of entry) {
+            account((chunk as Buffer).length);
+            await fh.write(chunk as Buffer);
+          }
           // chown before chmod: chown clears setuid/setgid bits.
           await fh.chown(v.uid, v.gid);
           await fh.chmod(v.mode);
@@ -156,20 +165,21 @@ export async function extractTar(input: Readable, root: string, limits: TarLimit
         return;
       }
       case 'symlink':
-        fs.symlinkSync(v.target!, full);
-        fs.lchownSync(full, v.uid, v.gid);
-        if (v.mtime) fs.lutimesSync(full, v.mtime, v.mtime);
-        return drain(entry);
+        await fs.promises.symlink(v.target!, full);
+        await fs.promises.lchown(full, v.uid, v.gid);
+        if (v.mtime) await fs.promises.lutimes(full, v.mtime, v.mtime);
+        return drain(entry, account);
       case 'hardlink':
-        fs.linkSync(at(v.target!), full);
-        return drain(entry);
+        await fs.promises.link(at(v.target!), full);
+        return drain(entry, account);
     }
   });
   dirs.sort((a, b) => b.depth - a.depth);
+  // Not synchronous: a base of many directories must not stall the node's event loop.
   for (const d of dirs) {
-    fs.chownSync(d.full, d.uid, d.gid);
-    fs.chmodSync(d.full, d.mode);
-    if (d.mtime) fs.utimesSync(d.full, d.mtime, d.mtime);
+    await fs.promises.chown(d.full, d.uid, d.gid);
+    await fs.promises.chmod(d.full, d.mode);
+    if (d.mtime) await fs.promises.utimes(d.full, d.mtime, d.mtime);
   }
   return summary;
 }

@@ -16,6 +16,13 @@ const ID_LIMIT = 65_536;
 const NOBODY = 65_534;
 const MAX_PATH = 4096;
 const MAX_SEGMENT = 255;
+/** Directory levels a name may have (a Debian root goes ~15 deep). */
+const MAX_DEPTH = 128;
+/** What every entry costs besides its data (its inode, a symlink's target), counted against the
+ *  unpacked bound so that millions of empty entries cannot fill a pool either. */
+const ENTRY_COST = 512;
+/** The names the rules keep in memory, together (bytes). */
+const MAX_NAME_BYTES = 256 * 1024 * 1024;
 
 export type EntryKind = 'dir' | 'file' | 'symlink' | 'hardlink';
 
@@ -71,7 +78,25 @@ export class BaseTarRules {
   private readonly known = new Map<string, Known>([['', 'dir']]);
   readonly summary: TarSummary = { entries: 0, unpackedBytes: 0, dropped: 0, setidCleared: 0 };
 
+  private nameBytes = 0;
+
   constructor(private readonly limits: TarLimits) {}
+
+  /** Counts bytes an entry unpacks to (data as it is read, and each entry's own cost). */
+  account(bytes: number): void {
+    this.summary.unpackedBytes += bytes;
+    if (this.summary.unpackedBytes > this.limits.maxUnpackedBytes) {
+      throw new BaseTarError(`the archive unpacks to more than ${this.limits.maxUnpackedBytes} bytes`, null, 'too_large');
+    }
+  }
+
+  private remember(p: string, t: Known): void {
+    if (!this.known.has(p)) {
+      this.nameBytes += p.length + 64;
+      if (this.nameBytes > MAX_NAME_BYTES) throw new BaseTarError('the archive holds more names than a base import takes', null, 'too_large');
+    }
+    this.known.set(p, t);
+  }
 
   /** The verdict on the next entry, or BaseTarError. */
   check(e: TarEntryHeader): Verdict {
@@ -90,14 +115,21 @@ export class BaseTarRules {
       return { action: 'drop', path: p, why: kind };
     }
 
-    // Every parent must be a directory the archive made (or one made for it on the way).
-    const segments = p === '' ? [] : p.split('/');
-    for (let i = 1; i < segments.length; i++) {
-      const parent = segments.slice(0, i).join('/');
+    // Every parent must be a directory the archive made (or one made for it on the way). Only
+    // the parents not known yet are looked at: each is added once, so an archive of deep names
+    // costs what its names weigh, not their depth squared.
+    if (p !== '' && p.split('/').length > MAX_DEPTH) refuse(`is more than ${MAX_DEPTH} directories deep`);
+    const missing: string[] = [];
+    for (let parent = parentOf(p); parent !== null; parent = parentOf(parent)) {
       const t = this.known.get(parent);
-      if (t === undefined) this.known.set(parent, 'dir');
-      else if (t !== 'dir') refuse(`is inside ${JSON.stringify(parent)}, which the archive made a ${t === 'file' ? 'file' : 'link'}: it would be written through it`);
+      if (t === undefined) {
+        missing.push(parent);
+        continue;
+      }
+      if (t !== 'dir') refuse(`is inside ${JSON.stringify(parent)}, which the archive made a ${t === 'file' ? 'file' : 'link'}: it would be written through it`);
+      break;
     }
+    for (const m of missing) this.remember(m, 'dir');
     const before = this.known.get(p);
     if (before !== undefined && !(before === 'dir' && kind === 'dir')) refuse(p === '' ? 'names the root as something other than a directory' : 'appears twice in the archive');
     if (p === '' && kind !== 'dir') refuse('names the root as something other than a directory');
@@ -115,12 +147,11 @@ export class BaseTarRules {
       target = linked;
     }
 
+    // What the header says; the bytes really read are counted too (`account`): a pax header
+    // can make the two differ.
     const size = kind === 'file' ? Math.max(0, e.size) : 0;
-    this.summary.unpackedBytes += size;
-    if (this.summary.unpackedBytes > this.limits.maxUnpackedBytes) {
-      throw new BaseTarError(`the archive unpacks to more than ${this.limits.maxUnpackedBytes} bytes`, null, 'too_large');
-    }
-    this.known.set(p, kind === 'dir' ? 'dir' : kind === 'file' || kind === 'hardlink' ? 'file' : 'other');
+    this.account(ENTRY_COST);
+    this.remember(p, kind === 'dir' ? 'dir' : kind === 'file' || kind === 'hardlink' ? 'file' : 'other');
 
     const uid = ownerId(e.uid);
     const gid = ownerId(e.gid);
@@ -141,13 +172,16 @@ export class BaseTarRules {
  */
 function normalizeMember(raw: string, refuse: (why: string) => never): string {
   if (raw.includes('\0')) refuse('has a NUL in its name');
-  if (raw.length > MAX_PATH) refuse(`has a name longer than ${MAX_PATH} bytes`);
+  if (Buffer.byteLength(raw) > MAX_PATH) refuse(`has a name longer than ${MAX_PATH} bytes`);
   if (raw.startsWith('/')) refuse('has an absolute path');
   const segments = raw.split('/').filter((s) => s !== '' && s !== '.');
   if (segments.includes('..')) refuse('has a ".." segment');
   if (segments.some((s) => Buffer.byteLength(s) > MAX_SEGMENT)) refuse(`has a name segment longer than ${MAX_SEGMENT} bytes`);
   return segments.join('/');
 }
+
+/** The parent of a root-relative path (`''` for a top-level name, null for the root). */
+const parentOf = (p: string): string | null => (p === '' ? null : p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
 
 /** Whether `target`, read from the directory `from` (absolute, inside the root), climbs above it. */
 function escapes(from: string, target: string): boolean {

@@ -403,7 +403,7 @@ export class ZfsStorage implements StorageDriver {
   async baseFromBoxRoot(boxId: string, tag: string, base: BaseRef): Promise<void> {
     checkTag(tag);
     const hold = `${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`;
-    const tmp = `${this.root}/tmp/save-${tag}`;
+    const tmp = `${this.root}/tmp/save-${boxId}-${tag}`;
     try {
       if (await this.hasBase(base)) return;
       if (!(await this.exists(hold))) throw new Error(`box root ${boxId} has no hold ${tag}`);
@@ -425,8 +425,9 @@ export class ZfsStorage implements StorageDriver {
 
   async releaseBoxRoot(boxId: string, tag: string): Promise<void> {
     checkTag(tag);
-    await this.destroyDataset(`${this.root}/tmp/save-${tag}`);
-    await this.destroySnapshot(`${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`);
+    const hold = `${this.boxDataset(boxId)}@${INTERNAL}save-${tag}`;
+    await this.destroyDataset(`${this.root}/tmp/save-${boxId}-${tag}`);
+    await this.destroySnapshot(hold);
   }
 
   // ---------------------------------------------------------------- box roots
@@ -885,12 +886,13 @@ export class ZfsStorage implements StorageDriver {
       // Box roots live under the data dir as on the loop-file pool, so paths never depend on the pool.
       await this.zfsTolerating(['create', '-o', `mountpoint=${this.defaultMount}`, this.root], isExists);
     }
-    for (const child of ['bases', 'shifted', 'boxes', 'data']) {
+    for (const child of ['bases', 'shifted', 'boxes', 'data', 'tmp']) {
       const ds = `${this.root}/${child}`;
       if (!(await this.exists(ds))) await this.zfsTolerating(['create', ds], isExists);
     }
-    // Inherited by every box root and data volume made under them.
-    for (const ds of [`${this.root}/boxes`, `${this.root}/data`]) for (const p of PRIVATE_MOUNT) await this.zfs(['set', p, ds]);
+    // Inherited by every box root, data volume, base, shifted copy and temporary clone made under
+    // them: none of them is ever a place to run a setuid file or open a device from on the host.
+    for (const ds of ['boxes', 'data', 'bases', 'shifted', 'tmp']) for (const p of PRIVATE_MOUNT) await this.zfs(['set', p, `${this.root}/${ds}`]);
   }
 
   // ---------------------------------------------------------------- internals: datasets

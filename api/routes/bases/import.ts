@@ -3,7 +3,8 @@ import Joi from 'joi';
 import { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import { defineRoute, validate } from '../../http/route';
-import { acceptedReply, waitQuery } from '../../http/operation';
+import { waitQuery } from '../../http/operation';
+import { baseReply } from './reply';
 import { importBase, ImportRequest } from '../../../domain/bases';
 import { BoxhostError, invalid } from '../../../core/errors';
 import { acceptedBaseResponses, baseNameField, provenanceFields } from './schemas';
@@ -50,7 +51,7 @@ export default defineRoute<unknown, ImportRequest & { wait?: number }, unknown>(
         request = rest;
         data = req;
       }
-      return await acceptedReply(api, await importBase(api, identity, request, data), query.wait);
+      return await baseReply(api, await importBase(api, identity, request, data), query.wait, 'import');
     } catch (e) {
       // What is left of a refused upload is not read: the connection closes after the answer.
       if (!req.complete) res.setHeader('connection', 'close');

@@ -1,7 +1,8 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name, projectParam } from '../../http/schemas';
-import { acceptedReply, waitQuery } from '../../http/operation';
+import { waitQuery } from '../../http/operation';
+import { baseReply } from './reply';
 import { saveBase } from '../../../domain/bases';
 import type { SaveBaseRequest } from '../../../core/apiTypes';
 import { acceptedBaseResponses, provenanceFields } from './schemas';
@@ -20,5 +21,5 @@ export default defineRoute<SaveBaseRequest, { wait?: number }, { project: string
     409: { description: 'the box is not running or stopped; the name belongs to another project, an imported or a built-in base; this version exists' },
     503: { description: "the box's node is not answering" },
   },
-  handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await saveBase(api, identity, params.project, body), query.wait),
+  handler: async ({ api, identity, params, body, query }) => baseReply(api, await saveBase(api, identity, params.project, body), query.wait, 'save'),
 });
