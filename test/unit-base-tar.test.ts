@@ -179,3 +179,32 @@ t.test('review findings: export takes names as paths, deep names are cheap or re
   t.equal(withJunk.bytes, junk.length);
   t.equal(withJunk.entries, 1);
 });
+
+t.test('gzip in any chunking: the end-of-archive marker inside a gzip write neither crashes nor refuses', async (t) => {
+  const { dir, root } = scratch(t);
+  fs.mkdirSync(path.join(root, 'etc'));
+  for (let i = 0; i < 40; i++) fs.writeFileSync(path.join(root, 'etc', `f${i}`), `file ${i}\n`.repeat(i * 10));
+  const { execFileSync } = await import('node:child_process');
+  const tgz = execFileSync('tar', ['-C', root, '-b', '2048', '-czf', '-', '.']);
+  const split = (b: Buffer, n: number) => Array.from({ length: Math.ceil(b.length / n) }, (_, i) => b.subarray(i * n, (i + 1) * n));
+  for (const size of [50, 512, 1448, 8192]) {
+    const scanned = await stageTar(Readable.from(split(tgz, size)), path.join(dir, `c${size}.tgz`), limits);
+    t.equal(scanned.entries, 42, `scanned in ${size}-byte chunks`);
+    const out = path.join(dir, `x${size}`);
+    fs.mkdirSync(out);
+    t.equal((await extractTar(Readable.from(split(tgz, size)), out, limits)).entries, 42, `unpacked in ${size}-byte chunks`);
+  }
+  // A gzip stream flushed right after the marker, then a long tail, in two writes.
+  const gz = zlib.createGzip();
+  const parts: Buffer[] = [];
+  gz.on('data', (c: Buffer) => parts.push(c));
+  gz.write(archive([{ path: 'f', body: 'x' }]));
+  await new Promise<void>((r) => gz.flush(zlib.constants.Z_SYNC_FLUSH, () => r()));
+  const head = Buffer.concat(parts.splice(0));
+  gz.end(Buffer.alloc(64 * 1024));
+  await new Promise((r) => gz.on('end', r));
+  const tail = Buffer.concat(parts);
+  const scanned = await stageTar(Readable.from([head, tail]), path.join(dir, 'flushed.tgz'), limits);
+  t.equal(scanned.entries, 1);
+  t.equal(scanned.bytes, head.length + tail.length);
+});

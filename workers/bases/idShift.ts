@@ -42,6 +42,9 @@ export async function unshiftTree(dir: string, idMap: IdMap): Promise<{ entries:
 async function remapTree(dir: string, mapId: (id: number) => number, capsRootId: number | null): Promise<{ entries: number }> {
   const caps = await readCapabilities(dir);
   const seenInodes = new Set<number>();
+  // Capabilities are written back only on regular files this walk saw (never through a link):
+  // getcap's output is lines of unescaped names, which a file name can forge.
+  const files = new Set<string>();
   const shift = mapId;
   let entries = 0;
 
@@ -51,6 +54,7 @@ async function remapTree(dir: string, mapId: (id: number) => number, capsRootId:
       if (seenInodes.has(st.ino)) return st;
       seenInodes.add(st.ino);
     }
+    if (st.isFile()) files.add(path.normalize(p));
     await fs.promises.lchown(p, shift(st.uid), shift(st.gid));
     if (!st.isSymbolicLink() && (st.mode & 0o6000) !== 0) await fs.promises.chmod(p, st.mode & 0o7777);
     entries++;
@@ -67,7 +71,7 @@ async function remapTree(dir: string, mapId: (id: number) => number, capsRootId:
       stats.forEach((st, j) => st.isDirectory() && stack.push(batch[j]));
     }
   }
-  for (const { file, text } of caps) await run(capsRootId === null ? [SETCAP, text, file] : [SETCAP, '-n', String(capsRootId), text, file]);
+  for (const { file, text } of caps.filter((c) => files.has(path.normalize(c.file)))) await run(capsRootId === null ? [SETCAP, text, file] : [SETCAP, '-n', String(capsRootId), text, file]);
   return { entries };
 }
 

@@ -43,16 +43,28 @@ function walkTar(input: Readable, limits: TarLimits, onEntry: (v: Verdict, entry
     parser.on('ignoredEntry', (entry: ReadEntry) => {
       if (!entry.meta) fail(new BaseTarError(`archive entry ${JSON.stringify(entry.path.slice(0, 200))} has type ${entry.type}, which a base cannot hold`, entry.path.slice(0, 200)));
     });
-    parser.on('error', (e: Error) => fail(new BaseTarError(`not a valid tar archive: ${e.message}`, null)));
-    // Past the end-of-archive marker nothing is parsed (node-tar would keep buffering it): the
-    // rest of the input is read and dropped, so a writer feeding it is never held up.
+    // Past the end-of-archive marker nothing more is parsed (node-tar would keep buffering it),
+    // and the parser is never written or ended again: 'eof' can come from inside its own gunzip's
+    // write, which a parser.end() there would break. Every entry was queued before 'eof', so the
+    // chain holds them all. The rest of the input is read and dropped, so a writer feeding it is
+    // never held up.
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      void chain.then(() => failure === null && resolve(rules.summary));
+    };
     parser.on('eof', () => {
+      if (done || failure !== null) return;
       input.unpipe(parser);
       input.on('data', () => undefined);
       input.resume();
-      parser.end();
+      finish();
     });
-    parser.on('end', () => void chain.then(() => failure === null && resolve(rules.summary)));
+    parser.on('error', (e: Error) => {
+      if (!done) fail(new BaseTarError(`not a valid tar archive: ${e.message}`, null));
+    });
+    parser.on('end', finish);
     input.on('error', fail);
     input.pipe(parser);
   });

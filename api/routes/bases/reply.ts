@@ -14,6 +14,8 @@ export async function baseReply(api: ApiContext, accepted: Accepted<Base>, wait:
   const reply = await acceptedReply(api, accepted, wait);
   if (reply.status !== 204) return reply;
   const op = await api.queue.waitFor(accepted.operation.id, 0);
+  // Succeeded, and the version deleted since: nothing to show, as for any resource gone.
+  if (op?.status !== 'failed') return reply;
   const refused = /deleted before|can be saved as a base when/.test(op?.error ?? '');
   throw new BoxhostError(refused ? 'conflict' : 'internal', `the ${what} failed: ${op?.error ?? 'its operation failed'} (operation ${accepted.operation.id})`, [], reply.headers as Record<string, string>);
 }
