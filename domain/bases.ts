@@ -84,6 +84,7 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
   const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
   const operation = await ctx.db.transaction(async (trx) => {
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
+    await basesRepo.lockName(trx, req.name);
     await assertNameFree(trx, identity, req.name, project);
     const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
     if (box.status === 'creating' || !canSnapshot(projected)) {
@@ -128,6 +129,7 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
   try {
     const operation = await ctx.db.transaction(async (trx) => {
       // Again, now that the upload is in: a project may have saved under the name meanwhile.
+      await basesRepo.lockName(trx, req.name);
       await assertNameFree(trx, identity, req.name, null);
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {

@@ -32,6 +32,14 @@ export const NO_META: BaseMeta = { builder: null, parent: null, parent_alias: nu
 const ready = (db: Db) => db<BaseRow>('bases').where({ state: 'ready' });
 
 export const basesRepo = {
+  /**
+   * Serialises, until the transaction ends, every transaction that decides who owns `name`
+   * (a save and an import of a new name at once would otherwise both see it free). Postgres: a
+   * transaction-scoped advisory lock; sqlite runs one writer at a time already.
+   */
+  async lockName(trx: Db, name: string): Promise<void> {
+    if ((trx.client.config as { client?: string }).client === 'pg') await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`boxhost-base:${name}`]);
+  },
   /** Records a built-in base version once (each node makes its own copy); a second call keeps the first record. */
   async ensure(db: Db, b: Pick<BaseRow, 'name' | 'version' | 'size_bytes'>): Promise<void> {
     await db<BaseRow>('bases').insert({ ...NO_META, ...b, created_at: now(), state: 'ready', origin: 'builtin', project: null, node: null, sha256: null, created_by: null }).onConflict(['name', 'version']).ignore();
