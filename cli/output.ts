@@ -110,3 +110,6 @@ export function transferProgress(label: string, total?: number): Transform {
     },
   });
 }
+
+/** A byte count for people: `2.4 MiB`. */
+export const formatBytes = (n: number) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(1)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);

@@ -79,20 +79,7 @@ export class HttpNodeClient implements NodeClient {
   }
 
   async stageBaseImport(data: Readable): Promise<StagedImport> {
-    const res = await this.stream('PUT', agentPath('baseImports'), data);
-    const body = await readBounded(res, 64 * 1024).catch((e: Error) => {
-      throw this.unreachable(e);
-    });
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(body.toString('utf8'));
-    } catch {
-      throw unavailable(`node ${this.nodeId} answered ${res.statusCode} without a JSON body`);
-    }
-    if (res.statusCode !== 200) throw this.agentError(res.statusCode ?? 0, parsed);
-    const { value, error } = stagedImportSchema.validate(parsed, { stripUnknown: true });
-    if (error) throw unavailable(`node ${this.nodeId} answered a malformed staged import: ${error.message}`);
-    return value as StagedImport;
+    return this.uploadAnswer<StagedImport>(await this.stream('PUT', agentPath('baseImports'), data), stagedImportSchema, 'staged import');
   }
 
   async discardStagedImport(token: string): Promise<void> {
@@ -237,6 +224,11 @@ export class HttpNodeClient implements NodeClient {
 
   async fileWrite(boxId: string, p: string, data: Readable, mode?: number): Promise<FileStat> {
     const res = await this.stream('PUT', this.filePath('files', boxId, p, mode === undefined ? '' : `&mode=${mode.toString(8).padStart(4, '0')}`), data);
+    return this.uploadAnswer<FileStat>(res, fileStatSchema, 'stat');
+  }
+
+  /** The JSON answer to a streamed upload: 200 and `schema`, or the agent's error. */
+  private async uploadAnswer<T>(res: http.IncomingMessage, schema: Joi.Schema, what: string): Promise<T> {
     const body = await readBounded(res, 64 * 1024).catch((e: Error) => {
       throw this.unreachable(e);
     });
@@ -247,9 +239,9 @@ export class HttpNodeClient implements NodeClient {
       throw unavailable(`node ${this.nodeId} answered ${res.statusCode} without a JSON body`);
     }
     if (res.statusCode !== 200) throw this.agentError(res.statusCode ?? 0, parsed);
-    const { value, error } = fileStatSchema.validate(parsed, { stripUnknown: true });
-    if (error) throw unavailable(`node ${this.nodeId} answered a malformed stat: ${error.message}`);
-    return value as FileStat;
+    const { value, error } = schema.validate(parsed, { stripUnknown: true });
+    if (error) throw unavailable(`node ${this.nodeId} answered a malformed ${what}: ${error.message}`);
+    return value as T;
   }
 
   /**

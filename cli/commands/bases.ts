@@ -5,9 +5,8 @@ import type { Base, BaseList, Operation } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
 import { action, Ctx, projectOption } from '../context';
 import { OperationFailed, pollOperation } from '../jobs';
-import { formatTime, printFields, printTable, say, transferProgress } from '../output';
+import { formatBytes, formatTime, printFields, printTable, say, transferProgress } from '../output';
 
-const bytes = (n: number) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(1)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
 const basePath = (spec: string) => `/v1/bases/${encodeURIComponent(spec).replace('%40', '@')}`;
 
 const showBase = (b: Base) =>
@@ -17,7 +16,7 @@ const showBase = (b: Base) =>
     ['origin', b.origin],
     ['project', b.project ?? '(every project)'],
     ['created', formatTime(b.created_at)],
-    ['size', bytes(b.size_bytes)],
+    ['size', formatBytes(b.size_bytes)],
     ['builder', b.builder],
     ['parent', b.parent ?? (b.parent_alias ? `${b.parent_alias}${b.parent_version ? `@${b.parent_version}` : ''}` : null)],
     ['script sha256', b.script_sha256],
@@ -45,7 +44,7 @@ export function register(program: Command): void {
     action(async (ctx) => {
       const { body } = await ctx.client.get<BaseList>('/v1/bases');
       ctx.show(body, (l) =>
-        printTable(['NAME', 'VERSION', 'ORIGIN', 'PROJECT', 'SIZE', 'CREATED'], l.bases.map((b) => [b.name, b.version ?? '', b.origin, b.project ?? '-', bytes(b.size_bytes), formatTime(b.created_at)]), 'no bases'),
+        printTable(['NAME', 'VERSION', 'ORIGIN', 'PROJECT', 'SIZE', 'CREATED'], l.bases.map((b) => [b.name, b.version ?? '', b.origin, b.project ?? '-', formatBytes(b.size_bytes), formatTime(b.created_at)]), 'no bases'),
       );
     }),
   );

@@ -3,19 +3,18 @@ import type { Box, BoxSnapshot, BoxSnapshotList } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, Ctx, projectOption } from '../context';
 import { finishJob, OperationFailed, pollOperation } from '../jobs';
-import { formatTime, printFields, printTable, say } from '../output';
+import { formatBytes, formatTime, printFields, printTable, say } from '../output';
 import { showBox } from './boxes';
 
 const snapshotsPath = (ctx: Ctx, project: string | undefined, box: string) => apiPath('v1', 'projects', ctx.project(project), 'boxes', box, 'snapshots');
 const snapshotPath = (ctx: Ctx, project: string | undefined, box: string, name: string) => `${snapshotsPath(ctx, project, box)}/${encodeURIComponent(name)}`;
 
-const bytes = (n: number) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(1)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
 
 const showSnapshot = (s: BoxSnapshot) =>
   printFields([
     ['name', s.name],
     ['created', formatTime(s.created_at)],
-    ['size', bytes(s.size_bytes)],
+    ['size', formatBytes(s.size_bytes)],
     ['description', s.description],
   ]);
 
@@ -28,7 +27,7 @@ export function register(program: Command): void {
     .action(
       action<{ project?: string; description?: string }>(async (ctx, [box, name], o) => {
         const r = await ctx.client.request<BoxSnapshot | Box>('POST', snapshotsPath(ctx, o.project, box), { body: { name, ...(o.description !== undefined ? { description: o.description } : {}) } });
-        const taken = (s: BoxSnapshot) => ctx.show(s, () => say(`snapshot ${s.name} of box ${box} taken (${bytes(s.size_bytes)})`));
+        const taken = (s: BoxSnapshot) => ctx.show(s, () => say(`snapshot ${s.name} of box ${box} taken (${formatBytes(s.size_bytes)})`));
         if (r.status === 201) return taken(r.body as BoxSnapshot);
         // Past 30 s the api answers 202 + operation: follow it, then show the snapshot.
         const label = { doing: 'snapshotting', done: 'snapshotted', what: `box ${box}` };
@@ -41,7 +40,7 @@ export function register(program: Command): void {
   projectOption(snap.command('ls <box>').alias('list').description("a box's snapshots, oldest first")).action(
     action<{ project?: string }>(async (ctx, [box], o) => {
       const r = await ctx.client.request<BoxSnapshotList>('GET', snapshotsPath(ctx, o.project, box));
-      ctx.show(r.body, (l) => printTable(['NAME', 'CREATED', 'SIZE', 'DESCRIPTION'], l.snapshots.map((s) => [s.name, formatTime(s.created_at), bytes(s.size_bytes), s.description ?? '']), `box ${box} has no snapshots`));
+      ctx.show(r.body, (l) => printTable(['NAME', 'CREATED', 'SIZE', 'DESCRIPTION'], l.snapshots.map((s) => [s.name, formatTime(s.created_at), formatBytes(s.size_bytes), s.description ?? '']), `box ${box} has no snapshots`));
     }),
   );
 

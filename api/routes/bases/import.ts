@@ -7,12 +7,13 @@ import { waitQuery } from '../../http/operation';
 import { baseReply } from './reply';
 import { importBase, ImportRequest } from '../../../domain/bases';
 import { BoxhostError, invalid } from '../../../core/errors';
-import { acceptedBaseResponses, baseNameField, provenanceFields } from './schemas';
+import { name } from '../../http/schemas';
+import { acceptedBaseResponses, provenanceFields } from './schemas';
 
 /** DESIGN.md §3: the JSON form's body is at most 64 MiB. */
 const JSON_LIMIT = '64mb';
 
-const jsonForm = Joi.object({ name: baseNameField().required(), data_base64: Joi.string().base64({ paddingRequired: false }).allow('').required(), ...provenanceFields });
+const jsonForm = Joi.object({ name: name().required(), data_base64: Joi.string().base64({ paddingRequired: false }).allow('').required(), ...provenanceFields });
 
 const parseJson = (req: Request, res: Response) =>
   new Promise<unknown>((resolve, reject) => express.json({ limit: JSON_LIMIT, strict: true })(req, res, (e?: unknown) => (e ? reject(e) : resolve(req.body))));
@@ -22,7 +23,7 @@ export default defineRoute<unknown, ImportRequest & { wait?: number }, unknown>(
   path: '/v1/bases/import',
   summary: 'Import a base from a tarball: JSON `{name, data_base64, …}`, or the raw tar/gzip body with `?name=`',
   tag: 'bases',
-  query: Joi.object({ name: baseNameField(), ...provenanceFields, ...waitQuery }),
+  query: Joi.object({ name: name(), ...provenanceFields, ...waitQuery }),
   body: jsonForm,
   rawBody: true,
   responses: {

@@ -19,8 +19,6 @@ export const provenanceFields = {
   script_sha256: Joi.string().allow(null, '').pattern(/^[0-9a-f]{64}$/).messages({ 'string.pattern.base': 'must be 64 lowercase hex digits' }),
 };
 
-export const baseNameField = () => name();
-
 export const baseSchema = Joi.object({
   name: Joi.string().required(),
   version: Joi.string().allow(null).required(),
