@@ -66,6 +66,8 @@ export interface Config {
   /** Base imports: the upload (BOXHOST_BASE_IMPORT_MAX_BYTES; 4 GiB) and what it may unpack to
    *  (BOXHOST_BASE_MAX_GB; 16), docs/bases.md. */
   baseImport: { maxBytes: number; maxUnpackedBytes: number };
+  /** Base versions a project's saves (and, apart, all imports) may hold (BOXHOST_BASES_MAX_PER_PROJECT; 100). */
+  basesPerProject: number;
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -130,6 +132,7 @@ const envSchema = Joi.object({
   BOXHOST_PROJECT_MAX_STORAGE_GB: Joi.number().integer().min(0).default(10 * 1024),
   BOXHOST_PROJECT_MAX_VOLUMES: Joi.number().integer().min(0).default(100),
   BOXHOST_BASE_IMPORT_MAX_BYTES: Joi.number().integer().min(1024).default(4 * 1024 ** 3),
+  BOXHOST_BASES_MAX_PER_PROJECT: Joi.number().integer().min(1).max(100000).default(100),
   BOXHOST_BASE_MAX_GB: Joi.number().min(0.001).max(1024).default(16),
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
@@ -207,6 +210,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     rateLimit: { rps: value.BOXHOST_RATE_LIMIT_RPS, burst: value.BOXHOST_RATE_LIMIT_BURST },
     execLimits: { perBox: value.BOXHOST_EXEC_MAX_PER_BOX, perToken: value.BOXHOST_EXEC_MAX_PER_TOKEN, perNode: value.BOXHOST_EXEC_MAX_PER_NODE },
     snapshotsPerBox: value.BOXHOST_SNAPSHOTS_MAX_PER_BOX,
+    basesPerProject: value.BOXHOST_BASES_MAX_PER_PROJECT,
     baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),

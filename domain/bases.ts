@@ -6,7 +6,7 @@ import type { NodeClient } from '../cluster/types';
 import { basesRepo, BaseRow, NO_META } from '../db/repos/bases';
 import { boxesRepo } from '../db/repos/boxes';
 import { canSnapshot, projectedStatus } from '../core/box';
-import { BoxhostError, conflict, forbidden, invalidField, notFound } from '../core/errors';
+import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
 import { baseJobs } from '../jobs/baseJobs';
 import { resolveBase, visible } from './baseResolve';
 import { loadBox, pendingActions } from './boxes';
@@ -54,6 +54,14 @@ const provenance = (p: BaseProvenance) => ({
  * A name belongs to one owner: every version of `name` is the same project's (or everyone's).
  * Built-in names are the nodes' own.
  */
+/** Each project's saves hold at most BOXHOST_BASES_MAX_PER_PROJECT versions, and so do all
+ *  imports together (their space is shared): one more → 409. */
+async function assertRoomForBase(db: DomainContext['db'], max: number, owner: string | null): Promise<void> {
+  if ((await basesRepo.countOwned(db, owner)) >= max) {
+    throw conflict(`${owner === null ? 'imported bases' : `project ${owner}`} hold ${max} base versions, the most there may be (BOXHOST_BASES_MAX_PER_PROJECT); delete one first`);
+  }
+}
+
 async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
   const any = await basesRepo.anyOf(db, name);
   if (!any) return;
@@ -86,6 +94,7 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
     await basesRepo.lockName(trx, req.name);
     await assertNameFree(trx, identity, req.name, project);
+    await assertRoomForBase(trx, ctx.config.basesPerProject, project);
     const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
     if (box.status === 'creating' || !canSnapshot(projected)) {
       const shown = box.status === 'creating' ? 'creating' : projected === box.status ? box.status : `going to be ${projected}`;
@@ -118,6 +127,8 @@ export interface ImportRequest extends BaseProvenance {
  */
 export async function importBase(ctx: DomainContext, identity: Identity, req: ImportRequest, data: Readable): Promise<Accepted<Base>> {
   await assertNameFree(ctx.db, identity, req.name, null);
+  // Before the upload is read (a second check below counts what came meanwhile).
+  await assertRoomForBase(ctx.db, ctx.config.basesPerProject, null);
   const existing = await basesRepo.anyOf(ctx.db, req.name);
   // A name's versions stay together on one node when they can (its first one's).
   const nodeId = existing?.node && !(await ctx.nodes.downNodes([existing.node])).has(existing.node)
@@ -133,6 +144,7 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
       await assertNameFree(trx, identity, req.name, null);
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
+        await assertRoomForBase(trx, ctx.config.basesPerProject, null);
         await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: null, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
       }
       return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
@@ -185,10 +197,3 @@ export async function deleteBase(ctx: DomainContext, identity: Identity, spec: s
     await basesRepo.remove(ctx.db, r.name, r.version);
   }
 }
-
-/** Where a box from `row` must be made: the node holding it (null: any node, built-in). */
-export const baseNode = (row: BaseRow): string | null => row.node;
-
-export const checkBaseSpec = (spec: string) => {
-  if (!/^[a-z0-9-]+(@[A-Za-z0-9.:_-]+)?$/.test(spec)) throw invalidField('name', 'must be a base name, or name@version');
-};

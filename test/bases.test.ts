@@ -22,7 +22,8 @@ const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
 const IMPORT_LIMIT = 8 * 1024 * 1024;
 
 t.test('bases on a real host', async (t) => {
-  const host = await startTestHost(t, { BOXHOST_BASE_IMPORT_MAX_BYTES: String(IMPORT_LIMIT) });
+  // A small bound on base versions, so that the test reaches it (imports hold 3 after devnode).
+  const host = await startTestHost(t, { BOXHOST_BASE_IMPORT_MAX_BYTES: String(IMPORT_LIMIT), BOXHOST_BASES_MAX_PER_PROJECT: '3' });
   const P = '/v1/projects/bp/boxes';
   const call = (method: string, p: string, body?: unknown) => host.call(method, p, { body });
   const sh = async (box: string, script: string, project = 'bp') => {
@@ -192,6 +193,11 @@ t.test('bases on a real host', async (t) => {
     const dev = await upload('devnode', archive([{ path: 'dev/', type: 'Directory' }, { path: 'dev/sda', type: 'BlockDevice' }, { path: 'etc/ok', body: 'fine' }]));
     t.equal((await finish(t, dev)).status, 'succeeded');
     t.ok((await call('GET', '/v1/bases/devnode')).body.size_bytes >= 0);
+    // webcopy, webgz, devnode: the imports' bound of 3 is reached.
+    const full = await upload('onemore', archive([{ path: 'etc/x', body: 'x' }]));
+    t.equal(full.status, 409, full.text);
+    t.match(full.body.error.message, /BOXHOST_BASES_MAX_PER_PROJECT/);
+    t.same(staged(), [], 'refused before the upload was kept');
   });
 
   t.test('delete: 409 while a box was made from it, then gone with its dataset', async (t) => {

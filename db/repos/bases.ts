@@ -1,14 +1,9 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
+import type { BaseProvenance } from '../../core/apiTypes';
 
-export interface BaseMeta {
-  builder: string | null;
-  parent: string | null;
-  parent_alias: string | null;
-  parent_version: string | null;
-  script: string | null;
-  script_sha256: string | null;
-}
+/** The provenance a save or an import stores, each field set or null. */
+export type BaseMeta = { [K in keyof Required<BaseProvenance>]: string | null };
 
 export interface BaseRow extends BaseMeta {
   name: string;
@@ -59,6 +54,9 @@ export const basesRepo = {
   async remove(db: Db, name: string, version: string): Promise<void> {
     await db<BaseRow>('bases').where({ name, version }).delete();
   },
+  /** Versions (any state) saved in `project`, or imported (`null`). */
+  countOwned: async (db: Db, project: string | null) =>
+    Number((await (project === null ? db<BaseRow>('bases').whereNull('project').whereNot({ origin: 'builtin' }) : db<BaseRow>('bases').where({ project })).count<{ n: number | string }[]>({ n: '*' }))[0]?.n ?? 0),
   /** Any version of a name, whatever its state (who owns the name). */
   anyOf: (db: Db, name: string) => db<BaseRow>('bases').where({ name }).first(),
   get: (db: Db, name: string, version: string) => ready(db).where({ name, version }).first(),
