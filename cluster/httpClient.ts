@@ -5,11 +5,11 @@ import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
 import type { Duplex, Readable } from 'node:stream';
 import type { FileList, FileStat } from '../core/apiTypes';
 import WebSocket from 'ws';
-import type { BaseRefWire, StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from './types';
+import type { VolumeInfoWire, BaseRefWire, StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from './types';
 import { sessionOverWs } from './wsSession';
 import {
-  AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, errorBodySchema, execResultSchema, FILE_STAT_HEADER, fileListSchema, fileStatSchema, MAX_AGENT_ANSWER_BYTES, serviceListSchema,
-  serviceStartAnswerSchema, serviceStateSchema, snapshotBlockersSchema, snapshotsSchema, stagedImportSchema, TUNNEL_PROTOCOL,
+  AGENT_ERROR_CODES, AGENT_RETRY_AFTER_S, agentPath, agentRoutes, errorBodySchema, execResultSchema, FILE_STAT_HEADER, fileListSchema, fileStatSchema, MAX_AGENT_ANSWER_BYTES, serviceListSchema,
+  serviceStartAnswerSchema, serviceStateSchema, snapshotBlockersSchema, snapshotsSchema, volumeInfoSchema, stagedImportSchema, TUNNEL_PROTOCOL,
 } from './protocol';
 
 /** Time an agent may take beyond the exec's own timeout (runc start, output drain). */
@@ -68,6 +68,11 @@ export class HttpNodeClient implements NodeClient {
 
   async listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
     return (await this.call<{ snapshots: BoxSnapshotInfo[] }>('GET', agentPath('snapshots', boxId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: snapshotsSchema })).snapshots;
+  }
+
+  volumeInfo(volumeId: string): Promise<VolumeInfoWire> {
+    if (!/^v[a-z0-9]{1,31}$/.test(volumeId)) throw new Error('invalid volume id');
+    return this.call('GET', agentRoutes.volumeInfo.replace(':volumeId', volumeId), undefined, { totalMs: CALL_TIMEOUT_MS, schema: volumeInfoSchema });
   }
 
   async deleteSnapshot(boxId: string, name: string): Promise<void> {

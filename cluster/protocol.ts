@@ -16,6 +16,8 @@ export const agentRoutes = {
   limits: `${AGENT_PREFIX}/boxes/:boxId/limits`,
   /** GET: the box's snapshots; DELETE `?name=`: one of them. */
   snapshots: `${AGENT_PREFIX}/boxes/:boxId/snapshots`,
+  /** GET: a data volume's used bytes and user snapshots (docs/data.md). */
+  volumeInfo: `${AGENT_PREFIX}/volumes/:volumeId`,
   /** GET `?name=`: what a restore to that snapshot would take from others. */
   snapshotBlockers: `${AGENT_PREFIX}/boxes/:boxId/snapshots/blockers`,
   /** GET raw bytes (the stat in FILE_STAT_HEADER), PUT raw body (answers the stat), DELETE;
@@ -130,6 +132,11 @@ export const execResultSchema = Joi.object({
 });
 
 export const limitsSchema = Joi.object({ cpus: Joi.number().integer().min(1), ramMb: Joi.number().integer().min(4) });
+
+export const volumeInfoSchema = Joi.object({
+  usedBytes: Joi.number().min(0).required(),
+  snapshots: Joi.array().max(100000).items(Joi.object({ name: Joi.string().max(255).required(), createdAt: Joi.string().max(64).required(), sizeBytes: Joi.number().min(0).required(), description: Joi.string().max(4096) })).required(),
+});
 
 export const snapshotsSchema = Joi.object({
   snapshots: Joi.array().max(100000).items(Joi.object({ name: Joi.string().max(255).required(), createdAt: Joi.string().max(64).required(), sizeBytes: Joi.number().min(0).required(), description: Joi.string().max(4096) })).required(),

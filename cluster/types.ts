@@ -71,6 +71,11 @@ export interface BoxSnapshotInfo {
   description?: string;
 }
 
+export interface VolumeInfoWire {
+  usedBytes: number;
+  snapshots: BoxSnapshotInfo[];
+}
+
 export interface BoxLimits {
   cpus?: number;
   ramMb?: number;
@@ -154,6 +159,8 @@ export interface NodeClient {
   /** Changes the cgroup limits of a running box at once. */
   updateLimits(boxId: string, limits: BoxLimits): Promise<void>;
   listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]>;
+  /** A data volume's used bytes and its user snapshots, oldest first (docs/data.md). */
+  volumeInfo(volumeId: string): Promise<VolumeInfoWire>;
   /** Removes a snapshot of the box's root (forks made from it keep working). Idempotent. */
   deleteSnapshot(boxId: string, name: string): Promise<void>;
   /** What a restore to `name` would take from others: later snapshots (names) and boxes forked

@@ -305,3 +305,73 @@ export interface SaveBaseRequest extends BaseProvenance {
   box: string;
   name: string;
 }
+
+// ------------------------------------------------------------------ data volumes (docs/data.md)
+
+export interface DataAttachment {
+  project: string;
+  box: string;
+  path: string;
+  read_only: boolean;
+}
+
+/** DESIGN.md §4's record, plus `project` (its owner, null until it has one) and `node`. */
+export interface DataVolume {
+  name: string;
+  created_at: string;
+  updated_at: string;
+  size_bytes: number;
+  quota_gb: number;
+  description: string | null;
+  attachments: DataAttachment[];
+  project: string | null;
+  node: string;
+}
+
+export interface CreateDataVolumeRequest {
+  name: string;
+  size_gb?: number;
+  description?: string | null;
+  project?: string | null;
+}
+
+export interface AttachDataRequest {
+  project: string;
+  box: string;
+  path: string;
+  read_only?: boolean;
+}
+
+export interface DetachDataRequest {
+  project: string;
+  box: string;
+}
+
+/** The spec's Data snapshot (= the box snapshot record). */
+export type DataSnapshot = BoxSnapshot;
+
+export interface CreateDataSnapshotRequest {
+  name: string;
+  description?: string;
+}
+
+/** The spec's Data backup, plus the stream's size and sha256 once written. */
+export interface DataBackup {
+  name: string;
+  status: 'pending' | 'running' | 'completed' | 'failed';
+  created_at: string;
+  updated_at: string;
+  description: string | null;
+  error: string | null;
+  mode: 'full' | 'incremental' | null;
+  parent: string | null;
+  size_bytes: number | null;
+  sha256: string | null;
+}
+
+export interface CreateDataBackupRequest {
+  name?: string | null;
+  description?: string | null;
+}
+
+export type RestoreDataRequest = { snapshot: string } | { backup: string };

@@ -68,6 +68,11 @@ export interface Config {
   baseImport: { maxBytes: number; maxUnpackedBytes: number };
   /** Base versions a project's saves (and, apart, all imports) may hold (BOXHOST_BASES_MAX_PER_PROJECT; 100). */
   basesPerProject: number;
+  /** Where data volume backups are written (BOXHOST_BACKUP_DIR; `<data dir>/backups`): point it
+   *  at a mounted remote filesystem to keep backups off the machine (docs/data.md). */
+  backupDir: string;
+  /** A data volume's size when its create names none (BOXHOST_DATA_DEFAULT_GB; 10). */
+  dataDefaultGb: number;
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -134,6 +139,8 @@ const envSchema = Joi.object({
   BOXHOST_BASE_IMPORT_MAX_BYTES: Joi.number().integer().min(1024).default(4 * 1024 ** 3),
   BOXHOST_BASES_MAX_PER_PROJECT: Joi.number().integer().min(1).max(100000).default(100),
   BOXHOST_BASE_MAX_GB: Joi.number().min(0.001).max(1024).default(16),
+  BOXHOST_BACKUP_DIR: Joi.string().allow(''),
+  BOXHOST_DATA_DEFAULT_GB: Joi.number().integer().min(1).max(16384).default(10),
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
   BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
@@ -211,6 +218,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     execLimits: { perBox: value.BOXHOST_EXEC_MAX_PER_BOX, perToken: value.BOXHOST_EXEC_MAX_PER_TOKEN, perNode: value.BOXHOST_EXEC_MAX_PER_NODE },
     snapshotsPerBox: value.BOXHOST_SNAPSHOTS_MAX_PER_BOX,
     basesPerProject: value.BOXHOST_BASES_MAX_PER_PROJECT,
+    backupDir: value.BOXHOST_BACKUP_DIR ? path.resolve(value.BOXHOST_BACKUP_DIR) : path.join(dataDir, 'backups'),
+    dataDefaultGb: value.BOXHOST_DATA_DEFAULT_GB,
     baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),

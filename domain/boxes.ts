@@ -14,6 +14,8 @@ import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
 import { assertAddressRoom, assertQuota, ensureProject, nodesWithoutAddress } from './projects';
+import { checkAttach, recordAttach, volumesOf } from './volumeAttach';
+import { volumesRepo } from '../db/repos/volumes';
 
 /** A box's config when the create names none (docs/decisions.md "Boxes"). */
 export const BOX_DEFAULTS = { cpus: 1, ram_mb: 512, storage_gb: 2 };
@@ -121,10 +123,9 @@ function checkCreateRules(req: CreateBoxRequest) {
     if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
     if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
   }
-  // Packs and data volumes come with their own issues; until then none is installed or exists.
+  // Packs come with their own issue; until then none is installed.
   if (req.pack) throw invalidField('pack', `pack ${req.pack} is not installed`);
   for (const [i, e] of (req.env_from ?? []).entries()) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
-  for (const [i, m] of (req.data_mounts ?? []).entries()) throw invalidField(`data_mounts.${i}.name`, `data volume ${m.name} does not exist`);
   if (req.fork && req.base) throw invalidField('fork', 'give base or fork, not both');
 }
 
@@ -141,6 +142,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   checkCreateRules(req);
   if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
 
+  const volumes = await volumesOf(ctx, identity, req.data_mounts ?? []);
+  const volumeNode = volumes[0]?.vol.node;
   let source: RootSource;
   let base: string | null;
   let node: string;
@@ -160,9 +163,11 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     if (!row) throw invalidField('base', `base ${spec} does not exist`);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
-    if (row.node) {
-      // A saved or imported base is on the node that made it (docs/bases.md "Nodes").
-      node = row.node;
+    if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${row.name}@${row.version} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
+    if (row.node || volumeNode) {
+      // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box
+      // with data volumes goes where they are (docs/data.md).
+      node = row.node ?? volumeNode!;
       if (req.config?.region && req.config.region !== (await ctx.nodes.get(node)).region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${(await ctx.nodes.get(node)).region}`);
       await ctx.nodes.assertUp(node);
       await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
@@ -205,6 +210,11 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
       // After the quota check has locked the project row: creates at the edge count in turn.
       await assertAddressRoom(ctx, trx, project, node);
       await ctx.nodes.assertRootRoom(trx, node, needOf(config));
+      for (const [i, v] of volumes.entries()) {
+        const vol = (await volumesRepo.lock(trx, v.vol.id)) ?? v.vol;
+        checkAttach(vol, box, v.mount.path, `data_mounts.${i}.path`);
+        box.data_mounts = await recordAttach(ctx, trx, vol, box, v.mount);
+      }
       await boxesRepo.insert(trx, box);
       return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
     });

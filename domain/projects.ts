@@ -23,7 +23,7 @@ async function show(ctx: DomainContext, row: ProjectRow): Promise<Project> {
     created_at: row.created_at,
     box_count: u.boxes,
     quotas: quotasOf(ctx, row),
-    usage: { boxes: u.boxes, cpus: u.cpus, ram_mb: u.ram_mb, storage_gb: u.storage_gb, volumes: 0 },
+    usage: { boxes: u.boxes, cpus: u.cpus, ram_mb: u.ram_mb, storage_gb: u.storage_gb, volumes: u.volumes },
   };
 }
 
@@ -60,16 +60,16 @@ export async function setProjectQuotas(ctx: DomainContext, name: string, quotas:
  * `more` is what is about to be added. Run it inside the transaction that adds it, after
  * locking the project row, so concurrent requests are counted one after the other.
  */
-export async function assertQuota(ctx: Pick<DomainContext, 'config'>, db: Db, project: string, more: { boxes: number; cpus: number; ram_mb: number; storage_gb: number }): Promise<void> {
+export async function assertQuota(ctx: Pick<DomainContext, 'config'>, db: Db, project: string, more: { boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes?: number }): Promise<void> {
   const row = await projectsRepo.get(db, project, { lock: true });
   const q = quotasOf(ctx, row);
   const used = await projectsRepo.usage(db, project);
-  const over = (['boxes', 'cpus', 'ram_mb', 'storage_gb'] as const).filter((k) => more[k] > 0 && used[k] + more[k] > q[k]);
+  const over = (['boxes', 'cpus', 'ram_mb', 'storage_gb', 'volumes'] as const).filter((k) => (more[k] ?? 0) > 0 && used[k] + (more[k] ?? 0) > q[k]);
   if (over.length === 0) return;
   throw new BoxhostError(
     'rate_limited',
-    `project ${project} is at its quota: ${over.map((k) => `${k} ${used[k]} of ${q[k]} used, ${more[k]} more asked`).join('; ')}`,
-    over.map((k) => ({ field: k === 'boxes' ? 'quota.boxes' : `config.${k}`, issue: `over the project's quota of ${q[k]}` })),
+    `project ${project} is at its quota: ${over.map((k) => `${k} ${used[k]} of ${q[k]} used, ${more[k] ?? 0} more asked`).join('; ')}`,
+    over.map((k) => ({ field: k === 'boxes' || k === 'volumes' ? `quota.${k}` : `config.${k}`, issue: `over the project's quota of ${q[k]}` })),
     { 'Retry-After': String(QUOTA_RETRY_AFTER_S) },
   );
 }

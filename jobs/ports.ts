@@ -39,3 +39,30 @@ export interface BaseHost {
   /** Destroys base `ref` on this node (refused while box roots depend on it). Idempotent. */
   destroy(ref: BaseRef): Promise<void>;
 }
+
+/** One stream of a restore's chain: where it is and the sha256 it was written with. */
+export interface BackupStream {
+  backup: string;
+  sha256: string;
+}
+
+/** What data volume jobs need from the node they run on (`workers/volumeSteps.ts`). */
+export interface VolumeHost {
+  create(volumeId: string, quotaGb: number): Promise<void>;
+  destroy(volumeId: string): Promise<void>;
+  usedBytes(volumeId: string): Promise<number>;
+  snapshot(volumeId: string, name: string, description?: string): Promise<void>;
+  deleteSnapshot(volumeId: string, name: string): Promise<void>;
+  /** Back to a user snapshot (the caller made sure no later user snapshot is in the way). */
+  rollback(volumeId: string, snapshot: string): Promise<void>;
+  /** Whether the snapshot of an earlier backup is still on the volume (an incremental's base). */
+  hasBackupBase(volumeId: string, backup: string): Promise<boolean>;
+  /** Snapshots the volume for `backup` and writes its stream (incremental on `parent`) to the
+   *  backup directory, with a manifest beside it. */
+  backup(volumeId: string, backup: { name: string; parent: string | null; description: string | null }, progress: (bytes: number) => void): Promise<{ bytes: number; sha256: string }>;
+  /** Checks every stream of `chain` against its sha256 first (a mismatch refuses the restore
+   *  before the volume is touched), then receives them in place of the volume. */
+  restore(volumeId: string, chain: BackupStream[], quotaGb: number, token: string): Promise<void>;
+  /** A backup that failed for good: its snapshot and partial file go. */
+  abandonBackup(volumeId: string, backup: string): Promise<void>;
+}

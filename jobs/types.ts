@@ -2,7 +2,7 @@ import type Joi from 'joi';
 import { UnrecoverableError } from 'bullmq';
 import type { Logger } from '../core/logger';
 import type { Db } from '../db/knex';
-import type { BaseHost, BoxHost } from './ports';
+import type { BaseHost, BoxHost, VolumeHost } from './ports';
 import type { BoxStatus } from '../core/box';
 
 /** What every job carries besides its kind's own payload. */
@@ -42,6 +42,8 @@ export interface JobContext<P> {
   node: BoxHost;
   /** Its base steps (save, import). */
   bases: BaseHost;
+  /** Its data volume steps. */
+  volumes: VolumeHost;
   progress(percent: number): Promise<void>;
 }
 

@@ -15,7 +15,7 @@ import { createLogger } from '../core/logger';
 import { newBoxId, newId, now } from '../core/ids';
 import { projectIdMap, type BaseRef } from '../core/box';
 import type { JobContext, JobHandler } from '../jobs/types';
-import type { BaseHost, BoxHost } from '../jobs/ports';
+import type { BaseHost, BoxHost, VolumeHost } from '../jobs/ports';
 import type { BoxRef } from '../jobs/boxJobs';
 import { createBoxJob } from '../jobs/boxCreate';
 import { stopBoxJob } from '../jobs/boxStop';
@@ -91,9 +91,12 @@ const netIndex = async (project: string) => (await projectsRepo.get(db, project)
 /** Box jobs never reach base steps: any call fails the test. */
 const noBases: BaseHost = new Proxy({} as BaseHost, { get: (_t, p) => () => Promise.reject(new Error(`a box job called base step ${String(p)}`)) });
 
-function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: number, progress: number[] = [], bases: BaseHost = noBases): JobContext<P> {
+const noVolumes: VolumeHost = new Proxy({} as VolumeHost, { get: (_t, p) => () => Promise.reject(new Error(`a box job called volume step ${String(p)}`)) });
+
+function jobContext<P>(node: BoxHost, payload: P, attempt: number, attempts: number, progress: number[] = [], bases: BaseHost = noBases, volumes: VolumeHost = noVolumes): JobContext<P> {
   return {
     bases,
+    volumes,
     payload,
     operationId: newId('op'),
     attempt,

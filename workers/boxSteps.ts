@@ -3,7 +3,8 @@ import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
 import { IdMap, projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
-import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver } from './drivers';
+import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver, VolumeDriver } from './drivers';
+import { volumesRepo } from '../db/repos/volumes';
 import type { Db } from '../db/knex';
 
 /** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
@@ -19,6 +20,8 @@ export interface BoxStepsDeps {
   /** runc also makes each box's netns inside the box's user namespace (the mock needs not). */
   runtime: RuntimeDriver;
   network: NetworkDriver;
+  /** Data volumes attached to a box are bound into it at its start. */
+  volumes: VolumeDriver;
 }
 
 /**
@@ -63,6 +66,7 @@ export class BoxSteps implements BoxHost {
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
     const netnsPath = await this.boxNetns(box.id, net, idMap);
+    const volumes = await this.volumeMounts(box);
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -71,18 +75,30 @@ export class BoxSteps implements BoxHost {
       cpus: box.config.cpus,
       ramMb: box.config.ram_mb,
       environment: box.environment,
-      mounts: [],
+      mounts: volumes.map(({ source, destination, readOnly }) => ({ source, destination, readOnly })),
       idMap,
     };
     // The root is readied for the container (a root of an older version shifted into the
     // range, its mount made nosuid,nodev) while the network is wired.
     const started = (async () => {
+      await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
       await this.d.storage.prepareBoxRoot(box.id, idMap);
       await this.d.runtime.start(spec);
     })();
     const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net)]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
     crashPoint('start:done');
+  }
+
+  /** The box's data volumes as bind mounts (docs/data.md: attach and detach act at the next
+   *  start). The attachment rows are the truth: a mount whose volume is gone is left out. */
+  private async volumeMounts(box: BoxRecord): Promise<(ContainerSpec['mounts'][number] & { volumeId: string })[]> {
+    await volumesRepo.dropDetached(this.d.db, box.id);
+    if (box.data_mounts.length === 0) return [];
+    const rows = await volumesRepo.attachmentsOfBox(this.d.db, box.id);
+    return rows
+      .sort((a, b) => a.path.localeCompare(b.path))
+      .map((a) => ({ volumeId: a.volume_id, source: this.d.volumes.volumePath(a.volume_id), destination: a.path, readOnly: Boolean(a.read_only) }));
   }
 
   /**
@@ -102,6 +118,8 @@ export class BoxSteps implements BoxHost {
   /** The grace is capped (rows from before the cap may hold up to 3600 s). */
   async stop(box: BoxRecord): Promise<void> {
     await this.d.runtime.stop(box.id, Math.min(box.termination_grace_period_seconds ?? 10, MAX_GRACE_SECONDS));
+    // Volumes detached while it ran are no longer mounted anywhere.
+    await volumesRepo.dropDetached(this.d.db, box.id);
   }
 
   async snapshot(box: BoxRecord, name: string, description?: string): Promise<void> {

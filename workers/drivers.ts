@@ -112,6 +112,59 @@ export interface StorageDriver {
   rollbackBoxRoot(boxId: string, snapshot: string): Promise<void>;
 }
 
+/** A data volume's state as its node sees it (its snapshots are the user's, oldest first). */
+export interface VolumeInfo {
+  usedBytes: number;
+  snapshots: BoxSnapshotInfo[];
+}
+
+/** What a backup stream came to once written: its bytes and their sha256 (hex). */
+export interface BackupStreamInfo {
+  bytes: number;
+  sha256: string;
+}
+
+/**
+ * Data volumes on one node (docs/data.md): a dataset each, with a quota that counts its
+ * snapshots, mounted on the host and bound into the boxes it is attached to. Backups are
+ * `zfs send` streams of internal snapshots (`_bk-<backup>`), restored by receiving their chain
+ * into a new dataset that then takes the volume's place. Idempotent like StorageDriver.
+ */
+export interface VolumeDriver {
+  createVolume(volumeId: string, quotaGb: number): Promise<void>;
+  /** Destroys the volume with its snapshots. Idempotent. */
+  destroyVolume(volumeId: string): Promise<void>;
+  hasVolume(volumeId: string): Promise<boolean>;
+  /** The volume's mounted directory on the host (what a box's bind mount takes). */
+  volumePath(volumeId: string): string;
+  /** Mounts it (nosuid,nodev) and hands its top directory to root of the id range when it is
+   *  not in the range yet (a new volume), so the box can write to it. */
+  prepareVolume(volumeId: string, idMap?: IdMap): Promise<void>;
+  info(volumeId: string): Promise<VolumeInfo>;
+  snapshotVolume(volumeId: string, snapshot: string, description?: string): Promise<void>;
+  destroyVolumeSnapshot(volumeId: string, snapshot: string): Promise<void>;
+  /** Rolls the volume back to a user snapshot; later internal (backup) snapshots go with it,
+   *  later user snapshots must be gone (the caller checks). */
+  rollbackVolume(volumeId: string, snapshot: string): Promise<void>;
+  /** Takes the backup's internal snapshot (idempotent) and whether the one of `parent` is still
+   *  there (an incremental needs it). */
+  holdForBackup(volumeId: string, backup: string): Promise<void>;
+  hasBackupSnapshot(volumeId: string, backup: string): Promise<boolean>;
+  /** Writes `zfs send` of the backup's snapshot (incremental from `parent`'s when given) to
+   *  `file` (through `file.part`, renamed at the end); answers its size and sha256. */
+  sendBackup(volumeId: string, backup: string, parent: string | null, file: string, progress?: (bytes: number) => void): Promise<BackupStreamInfo>;
+  /**
+   * Replaces the volume's dataset by the chain of backup streams `files` (a full one, then
+   * incrementals in order) received into a new dataset; `token` names this restore so a retry
+   * knows what it already did. The quota is set again. Idempotent.
+   */
+  receiveBackups(volumeId: string, files: string[], quotaGb: number, token: string): Promise<void>;
+  /** Drops internal backup snapshots no longer wanted (a backup deleted). Idempotent. */
+  dropBackupSnapshot(volumeId: string, backup: string): Promise<void>;
+  /** Ids of the volumes in the pool (for reconciliation). */
+  listVolumes(): Promise<string[]>;
+}
+
 export interface NetworkAttachment {
   /** /run/netns/… path the container joins. */
   netnsPath: string;

@@ -68,7 +68,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     closers.push(() => inspect.close());
     const jobState = async (id: string) => ((await inspect.getJob(id)) ? String(await inspect.getJobState(id)) : 'missing');
     const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers }), jobState };
-    const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage);
+    const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage, drivers.volumes);
     local.maxConcurrentExecs = config.execLimits.perNode;
     local.baseImports = { stagingDir: stagingDirOf(config), ...config.baseImport };
     // Uploads a day old have no job left that wants them (an api that died between staging and queueing).

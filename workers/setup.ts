@@ -3,9 +3,10 @@ import net from 'node:net';
 import type { Config } from '../core/config';
 import type { Logger } from '../core/logger';
 import { ZfsStorage } from './storage/zfs';
+import { ZfsVolumes } from './storage/zfsVolumes';
 import { RuncRuntime } from './runtime/runc';
 import { CniNetwork } from './network/cni';
-import type { NetworkDriver, RuntimeDriver, StorageDriver } from './drivers';
+import type { NetworkDriver, RuntimeDriver, StorageDriver, VolumeDriver } from './drivers';
 import type { WorkerContext } from './context';
 import { ensureDefaultBase } from './bases/defaultBase';
 import { reconcile } from './reconcile';
@@ -16,12 +17,13 @@ export interface Drivers {
   storage: StorageDriver;
   runtime: RuntimeDriver;
   network: NetworkDriver;
+  /** Data volumes, on the storage's pool. */
+  volumes: VolumeDriver;
 }
 
 /** The host drivers of this machine: ZFS, runc, CNI. */
 export function createDrivers(config: Config, log: Logger): Drivers {
-  return {
-    storage: new ZfsStorage({
+  const storage = new ZfsStorage({
       dataDir: config.dataDir,
       pool: config.zfsPool,
       poolSizeGb: config.poolSizeGb,
@@ -29,7 +31,10 @@ export function createDrivers(config: Config, log: Logger): Drivers {
       concurrency: config.zfsConcurrency,
       fuseArcMb: config.zfsFuseArcMb,
       logger: log.child({ driver: 'zfs' }),
-    }),
+  });
+  return {
+    storage,
+    volumes: new ZfsVolumes(storage.kit()),
     runtime: new RuncRuntime({ dataDir: config.dataDir, hostTag: config.hostTag, logger: log.child({ driver: 'runc' }) }),
     network: new CniNetwork({
       dataDir: config.dataDir,

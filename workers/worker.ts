@@ -4,6 +4,7 @@ import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations
 import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
 import type { JobContext, JobEnvelope, JobHandler } from '../jobs/types';
 import { BaseSteps, stagingDirOf } from './baseSteps';
+import { VolumeSteps } from './volumeSteps';
 import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
 
@@ -36,6 +37,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
   };
 
   const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport });
+  const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir });
 
   /** The context a handler runs with, for the attempt that is starting now. */
   const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
@@ -49,6 +51,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       db: ctx.db,
       node: ctx.boxes,
       bases,
+      volumes,
       log: ctx.log.child({ op: operationId, kind: job.name, attempt }),
       progress: async (percent: number) => {
         await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });

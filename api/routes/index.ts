@@ -51,6 +51,19 @@ import putFile from './files/put';
 import statFile from './files/stat';
 import listFiles from './files/list';
 import deleteFile from './files/delete';
+import createVolume from './data/create';
+import listVolumes from './data/list';
+import getVolume from './data/get';
+import deleteVolume from './data/delete';
+import attachVolume from './data/attach';
+import detachVolume from './data/detach';
+import createDataSnapshot from './data/snapshotCreate';
+import listDataSnapshots from './data/snapshotList';
+import deleteDataSnapshot from './data/snapshotDelete';
+import createBackup from './data/backupCreate';
+import listBackups from './data/backupList';
+import getBackup from './data/backupGet';
+import restoreVolume from './data/restore';
 import listBases from './bases/list';
 import getBase from './bases/get';
 import deleteBase from './bases/delete';
@@ -78,6 +91,8 @@ export const routes: RouteDef[] = [
   statFile, listFiles, getFile, putFile, deleteFile,
   createTicket,
   listBases, importBase, getBase, deleteBase, exportBase, saveBase,
+  createVolume, listVolumes, getVolume, deleteVolume, attachVolume, detachVolume, createDataSnapshot, listDataSnapshots, deleteDataSnapshot,
+  createBackup, listBackups, getBackup, restoreVolume,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

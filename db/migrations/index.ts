@@ -7,6 +7,7 @@ import * as m005 from './005_storage_watchdog';
 import * as m006 from './006_root_limit';
 import * as m007 from './007_publishes';
 import * as m008 from './008_bases';
+import * as m009 from './009_data';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -19,6 +20,7 @@ const all: Record<string, Migration> = {
   '006_root_limit': m006,
   '007_publishes': m007,
   '008_bases': m008,
+  '009_data': m009,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

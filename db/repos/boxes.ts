@@ -88,6 +88,7 @@ export const boxesRepo = {
   /** The row and what hangs on it (its publishes). */
   remove: async (db: Db, id: string) => {
     await db('publishes').where({ box_id: id }).delete();
+    await db('data_attachments').where({ box_id: id }).delete();
     return db<BoxRow>('boxes').where({ id }).delete();
   },
   /** Boxes (of any project, in any state) made from one of these `name@version` bases. */

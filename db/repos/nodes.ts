@@ -65,7 +65,7 @@ export const nodesRepo = {
     db<NodeRow>('nodes').where({ id }).update({ storage_restarts: db.raw('storage_restarts + 1') as unknown as number, storage_restarted_at: now() }),
   setState: (db: Db, id: string, state: NodeState) => db<NodeRow>('nodes').where({ id }).update({ state, updated_at: now() }),
   remove: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).delete(),
-  /** Committed resources per node id, read from the box rows. */
+  /** Committed resources per node id, read from the box rows and the data volumes. */
   async committed(db: Db): Promise<Map<string, Committed>> {
     const rows = await db('boxes').select('node', 'config');
     const out = new Map<string, Committed>();
@@ -77,6 +77,13 @@ export const nodesRepo = {
       cur.disk_gb += c.storage_gb;
       cur.boxes += 1;
       out.set(r.node, cur);
+    }
+    // Data volumes take their quota from their node's storage too (docs/data.md).
+    const volumes = (await db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node')) as { node: string; gb: number | string }[];
+    for (const v of volumes) {
+      const cur = out.get(v.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+      cur.disk_gb += Number(v.gb);
+      out.set(v.node, cur);
     }
     return out;
   },

@@ -30,8 +30,13 @@ export const projectsRepo = {
   },
   setQuotas: (db: Db, name: string, quotas: Record<string, number>) => db<ProjectRow>('projects').where({ name }).update({ quotas: JSON.stringify(quotas) }),
   /** What a project's boxes hold: count and summed config. */
-  async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number }> {
-    const out = { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 0 };
+  /** What the project's boxes and data volumes hold (a volume's quota counts as storage). */
+  async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes: number }> {
+    const out = { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 0, volumes: 0 };
+    for (const v of (await db('data_volumes').where({ project: name }).select('quota_gb')) as { quota_gb: number }[]) {
+      out.volumes += 1;
+      out.storage_gb += Number(v.quota_gb);
+    }
     for (const r of (await db('boxes').where({ project: name }).select('config')) as { config: string }[]) {
       const c = JSON.parse(r.config) as { cpus: number; ram_mb: number; storage_gb: number };
       out.boxes += 1;

@@ -10,9 +10,9 @@ import { BaseTarError, stageTar } from '../bases/tarImport';
 import { packBase } from '../bases/tarExport';
 import { MAX_BASE_ENTRIES, stagedFile } from '../baseSteps';
 import { StorageInUseError } from '../storage/zfs';
-import type { StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
+import type { VolumeInfoWire, StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
-import type { BoxFileInfo, BoxFiles, BoxServices, ExecProcess, RuntimeDriver, StorageDriver } from '../drivers';
+import type { BoxFileInfo, BoxFiles, BoxServices, ExecProcess, RuntimeDriver, StorageDriver, VolumeDriver } from '../drivers';
 import { startService } from './localServices';
 import { BoxAgentUnavailableError, BoxFileError, BoxNeedsRestartError, BoxNotRunningError, BoxServiceError, ExecInputError } from '../errors';
 
@@ -36,6 +36,7 @@ export class LocalNode implements NodeClient {
     readonly nodeId: string,
     private readonly runtime: RuntimeDriver,
     private readonly storage: StorageDriver,
+    private readonly volumes?: VolumeDriver,
   ) {}
 
   /**
@@ -222,6 +223,17 @@ export class LocalNode implements NodeClient {
 
   listSnapshots(boxId: string): Promise<BoxSnapshotInfo[]> {
     return this.storage.listBoxSnapshots(boxId);
+  }
+
+  async volumeInfo(volumeId: string): Promise<VolumeInfoWire> {
+    if (!this.volumes) throw new BoxhostError('unavailable', `node ${this.nodeId} holds no data volumes`);
+    this.checkStorage();
+    try {
+      return await this.volumes.info(volumeId);
+    } catch (e) {
+      if (e instanceof Error && /does not exist/.test(e.message)) throw notFound(`volume ${volumeId} on node ${this.nodeId}`);
+      throw contractError(e);
+    }
   }
 
   deleteSnapshot(boxId: string, name: string): Promise<void> {

@@ -115,6 +115,11 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   app.post(agentRoutes.limits, handle(async (req) => opts.node.updateLimits(await box(req), check(limitsSchema, req.body))));
   app.get(agentRoutes.snapshots, handle(async (req) => ({ snapshots: await opts.node.listSnapshots(await box(req)) })));
   app.delete(agentRoutes.snapshots, handle(async (req) => opts.node.deleteSnapshot(await box(req), check(snapshotNameSchema, req.query.name))));
+  app.get(agentRoutes.volumeInfo, handle(async (req) => {
+    const id = String(req.params.volumeId);
+    if (!/^v[a-z0-9]{1,31}$/.test(id)) throw invalid('not a volume id');
+    return opts.node.volumeInfo(id);
+  }));
   app.get(agentRoutes.snapshotBlockers, handle(async (req) => opts.node.restoreBlockers(await box(req), check(snapshotNameSchema, req.query.name))));
 
   // Files: the path in `?path=`; bytes stream both ways (docs/files.md).

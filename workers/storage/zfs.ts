@@ -46,6 +46,28 @@ export interface ZfsStorageOptions {
   logger?: DriverLogger;
 }
 
+/** ZFS primitives of one pool, shared by the box storage and data volumes. */
+export interface ZfsKit {
+  /** The root dataset R. */
+  root: string;
+  /** Where R is mounted (it may move when the storage restarts). */
+  mountRoot(): string;
+  zfsBin: string;
+  zfs(args: string[], allowFailure?: boolean): Promise<RunResult>;
+  exists(name: string): Promise<boolean>;
+  prop(name: string, property: string): Promise<string>;
+  props(names: string[], properties: string[], setOnly?: boolean): Promise<Map<string, Map<string, string>>>;
+  ensureMounted(ds: string): Promise<void>;
+  /** Makes a mount nosuid,nodev where the storage did not. */
+  mountPrivately(dir: string): Promise<void>;
+  snapshotsOf(ds: string): Promise<string[]>;
+  destroySnapshot(snap: string): Promise<void>;
+  destroyDataset(ds: string): Promise<void>;
+  retryBusy(what: string, attempt: () => Promise<RunResult | null>): Promise<void>;
+  /** Runs `fn` after every earlier serialized call on this pool in this process. */
+  serialized<T>(fn: () => Promise<T>): Promise<T>;
+}
+
 export interface BoxSnapshotInfo {
   name: string;
   /** RFC 3339 UTC with milliseconds. */
@@ -77,18 +99,18 @@ const IDMAP_PROP = 'boxhost:idmap';
 /** User property of a shifted base copy being made: `<pid>` of the process making it. */
 const MAKER_PROP = 'boxhost:maker';
 /** User property of a box snapshot: the description its maker gave (one line, no tabs). */
-const DESCRIPTION_PROP = 'boxhost:description';
+export const DESCRIPTION_PROP = 'boxhost:description';
 /** Box roots (and data volumes) never honour setuid bits or device nodes. */
 const PRIVATE_MOUNT = ['setuid=off', 'devices=off'];
 
 const COMPONENT = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
-const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
+export const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
 
 const noop = () => {};
 
-const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
-const isBusy = (text: string) => /is busy|device busy/i.test(text);
-const isExists = (text: string) => /already exists/i.test(text);
+export const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
+export const isBusy = (text: string) => /is busy|device busy/i.test(text);
+export const isExists = (text: string) => /already exists/i.test(text);
 
 function checkComponent(what: string, value: string): void {
   if (!COMPONENT.test(value)) throw new Error(`invalid ${what} ${JSON.stringify(value)} for a ZFS dataset name`);
@@ -780,6 +802,28 @@ export class ZfsStorage implements StorageDriver {
     });
   }
 
+  // ---------------------------------------------------------------- shared with data volumes
+
+  /** The primitives data volumes are made of (workers/storage/zfsVolumes.ts), on this pool. */
+  kit(): ZfsKit {
+    return {
+      root: this.root,
+      mountRoot: () => this.mountRoot,
+      zfsBin: this.zfsBin,
+      zfs: (args, allowFailure) => this.zfs(args, allowFailure),
+      exists: (name) => this.exists(name),
+      prop: (name, property) => this.prop(name, property),
+      props: (names, properties, setOnly) => this.props(names, properties, setOnly),
+      ensureMounted: (ds) => this.ensureMounted(ds),
+      mountPrivately: (dir) => this.mountPrivately(dir),
+      snapshotsOf: (ds) => this.snapshotsOf(ds),
+      destroySnapshot: (snap) => this.destroySnapshot(snap),
+      destroyDataset: (ds) => this.destroyDataset(ds),
+      retryBusy: (what, attempt) => this.retryBusy(what, attempt),
+      serialized: (fn) => serialized(this.pool, fn),
+    };
+  }
+
   // ---------------------------------------------------------------- internals: naming
 
   private baseDataset(base: BaseRef): string {
@@ -1054,11 +1098,11 @@ export class ZfsStorage implements StorageDriver {
 
 // ------------------------------------------------------------------ helpers
 
-function lines(s: string): string[] {
+export function lines(s: string): string[] {
   return s.split('\n').filter((l) => l.length > 0);
 }
 
-function snapName(snap: string): string {
+export function snapName(snap: string): string {
   return snap.slice(snap.indexOf('@') + 1);
 }
 
@@ -1066,7 +1110,7 @@ function bytes(n: number): string {
   return n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(1)} GiB` : `${Math.round(n / 1024 ** 2)} MiB`;
 }
 
-function quotaArg(gb: number): string {
+export function quotaArg(gb: number): string {
   return Number.isInteger(gb) ? `${gb}G` : String(Math.round(gb * 1024 ** 3));
 }
 

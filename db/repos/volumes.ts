@@ -1,0 +1,98 @@
+import type { Db } from '../knex';
+import { now } from '../../core/ids';
+import type { DataAttachment, DataBackup } from '../../core/apiTypes';
+
+/** A data volume (db/migrations/009_data.ts). */
+export interface VolumeRow {
+  id: string;
+  name: string;
+  project: string | null;
+  node: string;
+  state: 'creating' | 'ready' | 'deleting';
+  quota_gb: number;
+  description: string | null;
+  size_bytes: number;
+  created_by: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface AttachmentRow {
+  volume_id: string;
+  box_id: string;
+  project: string;
+  box: string;
+  path: string;
+  read_only: boolean | number;
+  /** Detached while the box ran: still mounted there until it stops. */
+  detached?: boolean | number;
+  created_at: string;
+}
+
+export interface BackupRow {
+  id: string;
+  volume_id: string;
+  name: string;
+  status: DataBackup['status'];
+  mode: DataBackup['mode'];
+  parent: string | null;
+  description: string | null;
+  error: string | null;
+  sha256: string | null;
+  size_bytes: number | string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export const toAttachment = (r: AttachmentRow): DataAttachment => ({ project: r.project, box: r.box, path: r.path, read_only: Boolean(r.read_only) });
+
+export const volumesRepo = {
+  byName: (db: Db, name: string) => db<VolumeRow>('data_volumes').where({ name }).first(),
+  byId: (db: Db, id: string) => db<VolumeRow>('data_volumes').where({ id }).first(),
+  /** Every volume, by name; `projects` limits to those owned by one of them. */
+  list: (db: Db, projects: string[] | null) => {
+    const q = db<VolumeRow>('data_volumes').orderBy('name');
+    if (projects) q.whereIn('project', projects);
+    return q;
+  },
+  /** Locks the row until the transaction ends (Postgres; sqlite's writer is alone already). */
+  lock: (db: Db, id: string) => db<VolumeRow>('data_volumes').where({ id }).forUpdate().first(),
+  insert: (db: Db, row: VolumeRow) => db<VolumeRow>('data_volumes').insert(row),
+  update: (db: Db, id: string, patch: Partial<VolumeRow>) => db<VolumeRow>('data_volumes').where({ id }).update({ ...patch, updated_at: now() }),
+  remove: async (db: Db, id: string) => {
+    await db('data_backups').where({ volume_id: id }).delete();
+    await db('data_attachments').where({ volume_id: id }).delete();
+    await db('data_volumes').where({ id }).delete();
+  },
+  /** Quotas per node: what volumes take from each node's storage. */
+  async quotaByNode(db: Db): Promise<Map<string, number>> {
+    const rows = (await db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node')) as { node: string; gb: number | string }[];
+    return new Map(rows.map((r) => [r.node, Number(r.gb)]));
+  },
+  /** GB of volume quota owned by a project. */
+  quotaOfProject: async (db: Db, project: string) => Number(((await db('data_volumes').where({ project }).sum({ gb: 'quota_gb' })) as { gb: number | string | null }[])[0]?.gb ?? 0),
+
+  /** The attachments a volume shows (not those detached from a box still running with it). */
+  attachments: (db: Db, volumeIds: string[]) => db<AttachmentRow>('data_attachments').whereIn('volume_id', volumeIds).where({ detached: false }).orderBy([{ column: 'project' }, { column: 'box' }]),
+  /** Every box that has the volume mounted or will at its start, lingering detaches included. */
+  holders: (db: Db, volumeId: string) => db<AttachmentRow>('data_attachments').where({ volume_id: volumeId }).orderBy([{ column: 'project' }, { column: 'box' }]),
+  /** What a box mounts at its start. */
+  attachmentsOfBox: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: false }),
+  async attach(db: Db, row: AttachmentRow): Promise<void> {
+    await db('data_attachments').where({ volume_id: row.volume_id, box_id: row.box_id, detached: true }).delete();
+    await db<AttachmentRow>('data_attachments').insert({ ...row, detached: false });
+  },
+  /** `lingering`: the box runs with it mounted until it stops (the row stays, marked). */
+  detach: (db: Db, volumeId: string, boxId: string, lingering: boolean) => {
+    const q = db<AttachmentRow>('data_attachments').where({ volume_id: volumeId, box_id: boxId });
+    return lingering ? q.update({ detached: true }) : q.delete();
+  },
+  /** A box started or stopped: volumes detached from it while it ran are no longer mounted. */
+  dropDetached: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: true }).delete(),
+
+  backups: (db: Db, volumeId: string) => db<BackupRow>('data_backups').where({ volume_id: volumeId }).orderBy([{ column: 'created_at' }, { column: 'id' }]),
+  backup: (db: Db, volumeId: string, name: string) => db<BackupRow>('data_backups').where({ volume_id: volumeId, name }).first(),
+  backupById: (db: Db, id: string) => db<BackupRow>('data_backups').where({ id }).first(),
+  insertBackup: (db: Db, row: BackupRow) => db<BackupRow>('data_backups').insert(row),
+  updateBackup: (db: Db, id: string, patch: Partial<BackupRow>) => db<BackupRow>('data_backups').where({ id }).update({ ...patch, updated_at: now() }),
+};

@@ -1,0 +1,158 @@
+import crypto from 'node:crypto';
+import type { DomainContext, Identity } from './context';
+import type { CreateDataBackupRequest, CreateDataSnapshotRequest, DataBackup, DataSnapshot, DataVolume, RestoreDataRequest } from '../core/apiTypes';
+import { volumesRepo, type BackupRow, type VolumeRow } from '../db/repos/volumes';
+import { boxesRepo } from '../db/repos/boxes';
+import { BoxhostError, conflict, notFound } from '../core/errors';
+import { newId, now } from '../core/ids';
+import { dataJobs } from '../jobs/dataJobs';
+import { toApiSnapshot } from './snapshots';
+import { awaitShortJob, enqueueVolumeJob, loadVolume, MOUNTED_STATUSES, pendingVolumeOps, showVolumes, volumePath, type Made } from './volumes';
+
+/**
+ * A volume's snapshots, backups and restores (docs/data.md). Snapshots live on the volume's
+ * node (read from it); backups are rows here and streams in the backup directory.
+ */
+
+async function nodeInfo(ctx: DomainContext, vol: VolumeRow) {
+  if (vol.state === 'creating') return { usedBytes: 0, snapshots: [] };
+  await ctx.nodes.assertUp(vol.node);
+  return (await ctx.nodes.client(vol.node)).volumeInfo(vol.id);
+}
+
+export async function listDataSnapshots(ctx: DomainContext, identity: Identity, name: string): Promise<DataSnapshot[]> {
+  return (await nodeInfo(ctx, await loadVolume(ctx, identity, name))).snapshots.map(toApiSnapshot);
+}
+
+const queuedOf = async (ctx: DomainContext, vol: VolumeRow, kind: string) =>
+  (await pendingVolumeOps(ctx.db, vol.id)).filter((o) => o.kind === kind).map((o) => JSON.parse(o.payload) as Record<string, unknown>);
+
+/** Snapshots a volume (201 with the snapshot; 202 + operation past 30 s). A name in use → 409. */
+export async function createDataSnapshot(ctx: DomainContext, identity: Identity, name: string, req: CreateDataSnapshotRequest): Promise<Made<DataSnapshot | DataVolume>> {
+  const vol = await loadVolume(ctx, identity, name);
+  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  const { snapshots } = await nodeInfo(ctx, vol);
+  if (snapshots.some((s) => s.name === req.name)) throw conflict(`data volume ${name} already has a snapshot ${req.name}`);
+  if ((await queuedOf(ctx, vol, dataJobs.snapshot.kind)).some((p) => p.name === req.name)) throw conflict(`a snapshot ${req.name} of data volume ${name} is already being taken`);
+  if (snapshots.length >= ctx.config.snapshotsPerBox) throw conflict(`data volume ${name} has ${snapshots.length} snapshots, the most one keeps (BOXHOST_SNAPSHOTS_MAX_PER_BOX); delete one first`);
+  const op = await ctx.db.transaction((trx) => enqueueVolumeJob(ctx, trx, vol, dataJobs.snapshot.of({ volumeId: vol.id, name: req.name, ...(req.description ? { description: req.description } : {}) }), identity));
+  const load = async () => {
+    const r = await volumesRepo.byId(ctx.db, vol.id);
+    return r ? (await showVolumes(ctx, [r]))[0] : null;
+  };
+  if (!(await awaitShortJob(ctx, op, `snapshot ${req.name} of data volume ${name}`))) return { accepted: { operation: op, load } };
+  const made = (await nodeInfo(ctx, vol)).snapshots.find((s) => s.name === req.name);
+  if (!made) throw new BoxhostError('internal', `snapshot ${req.name} of data volume ${name} was taken but is not listed`);
+  return { done: toApiSnapshot(made) };
+}
+
+/** Removes a snapshot (204). Refused while a queued restore goes to it. */
+export async function deleteDataSnapshot(ctx: DomainContext, identity: Identity, name: string, snapshot: string): Promise<Made<null>> {
+  const vol = await loadVolume(ctx, identity, name);
+  const { snapshots } = await nodeInfo(ctx, vol);
+  if (!snapshots.some((s) => s.name === snapshot)) throw notFound(`snapshot ${snapshot} of data volume ${name}`);
+  if ((await queuedOf(ctx, vol, dataJobs.restore.kind)).some((p) => p.snapshot === snapshot)) throw conflict(`data volume ${name} is being restored to ${snapshot}; delete it once that is done`);
+  const op = await ctx.db.transaction((trx) => enqueueVolumeJob(ctx, trx, vol, dataJobs.deleteSnapshot.of({ volumeId: vol.id, name: snapshot }), identity));
+  if (await awaitShortJob(ctx, op, `deleting snapshot ${snapshot} of data volume ${name}`)) return { done: null };
+  return { accepted: { operation: op, load: async () => null } };
+}
+
+// ------------------------------------------------------------------ backups
+
+export const toApiBackup = (r: BackupRow): DataBackup => ({
+  name: r.name,
+  status: r.status,
+  created_at: r.created_at,
+  updated_at: r.updated_at,
+  description: r.description,
+  error: r.error,
+  mode: r.mode,
+  parent: r.parent,
+  size_bytes: r.size_bytes === null ? null : Number(r.size_bytes),
+  sha256: r.sha256,
+});
+
+export const backupPath = (volume: string, backup: string) => `${volumePath(volume)}/backups/${backup}`;
+
+export async function listBackups(ctx: DomainContext, identity: Identity, name: string): Promise<DataBackup[]> {
+  const vol = await loadVolume(ctx, identity, name);
+  return (await volumesRepo.backups(ctx.db, vol.id)).map(toApiBackup);
+}
+
+export async function getBackup(ctx: DomainContext, identity: Identity, name: string, backup: string): Promise<DataBackup> {
+  const vol = await loadVolume(ctx, identity, name);
+  const row = await volumesRepo.backup(ctx.db, vol.id, backup);
+  if (!row) throw notFound(`backup ${backup} of data volume ${name}`);
+  return toApiBackup(row);
+}
+
+/** A name that obeys the backup name rule and sorts by time: `b-20261123-041522-3f9a`. */
+export const generatedBackupName = (at = new Date()) =>
+  `b-${at.toISOString().slice(0, 19).replace(/[-:]/g, '').replace('T', '-')}-${crypto.randomBytes(2).toString('hex')}`;
+
+/** Starts a backup (202 + operation; the body is the backup, `pending`). A name in use → 409. */
+export async function createBackup(ctx: DomainContext, identity: Identity, name: string, req: CreateDataBackupRequest): Promise<{ backup: DataBackup; operation: Awaited<ReturnType<typeof enqueueVolumeJob>>; load: () => Promise<DataBackup | null> }> {
+  const vol = await loadVolume(ctx, identity, name);
+  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  await ctx.nodes.assertUp(vol.node);
+  const backupName = req.name ?? generatedBackupName();
+  const at = now();
+  const row: BackupRow = {
+    id: newId('bk'), volume_id: vol.id, name: backupName, status: 'pending', mode: null, parent: null, description: req.description ?? null,
+    error: null, sha256: null, size_bytes: null, created_at: at, updated_at: at,
+  };
+  try {
+    const operation = await ctx.db.transaction(async (trx) => {
+      if (await volumesRepo.backup(trx, vol.id, backupName)) throw conflict(`data volume ${name} already has a backup ${backupName}`);
+      await volumesRepo.insertBackup(trx, row);
+      return enqueueVolumeJob(ctx, trx, vol, dataJobs.backup.of({ volumeId: vol.id, backupId: row.id }), identity, backupPath(name, backupName));
+    });
+    const load = async () => {
+      const r = await volumesRepo.backupById(ctx.db, row.id);
+      return r ? toApiBackup(r) : null;
+    };
+    return { backup: toApiBackup(row), operation, load };
+  } catch (e) {
+    if (/unique|duplicate/i.test((e as Error).message)) throw conflict(`data volume ${name} already has a backup ${backupName}`);
+    throw e;
+  }
+}
+
+/**
+ * Restores a volume to a snapshot or a backup (202 + operation; the body is the volume).
+ * 409 while a box that has it attached runs, while later snapshots would be lost (a snapshot
+ * restore), or while the backup is not completed. A backup's streams are checked against their
+ * sha256 before anything is touched: a corrupt one fails the operation, the volume unchanged.
+ */
+export async function restoreVolume(ctx: DomainContext, identity: Identity, name: string, req: RestoreDataRequest) {
+  const vol = await loadVolume(ctx, identity, name);
+  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  await ctx.nodes.assertUp(vol.node);
+  for (const a of await volumesRepo.holders(ctx.db, vol.id)) {
+    const box = await boxesRepo.byId(ctx.db, a.box_id);
+    if (box && MOUNTED_STATUSES.has(box.status)) throw conflict(`data volume ${name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop the box (or detach the volume) first`);
+  }
+  let payload;
+  if ('snapshot' in req) {
+    const { snapshots } = await nodeInfo(ctx, vol);
+    const at = snapshots.findIndex((s) => s.name === req.snapshot);
+    if (at < 0) throw notFound(`snapshot ${req.snapshot} of data volume ${name}`);
+    const later = snapshots.slice(at + 1).map((s) => s.name);
+    if (later.length > 0) {
+      throw new BoxhostError('conflict', `cannot restore data volume ${name} to ${req.snapshot}: snapshot${later.length === 1 ? '' : 's'} ${later.join(', ')} ${later.length === 1 ? 'was' : 'were'} taken after it and would be lost; delete ${later.length === 1 ? 'it' : 'them'} first`,
+        later.map((n) => ({ field: 'snapshot', issue: `snapshot ${n} was taken after ${req.snapshot}` })));
+    }
+    payload = { volumeId: vol.id, snapshot: req.snapshot };
+  } else {
+    const b = await volumesRepo.backup(ctx.db, vol.id, req.backup);
+    if (!b) throw notFound(`backup ${req.backup} of data volume ${name}`);
+    if (b.status !== 'completed') throw conflict(`backup ${req.backup} is ${b.status}; only a completed backup restores`);
+    payload = { volumeId: vol.id, backupId: b.id };
+  }
+  const operation = await ctx.db.transaction((trx) => enqueueVolumeJob(ctx, trx, vol, dataJobs.restore.of(payload), identity));
+  const load = async () => {
+    const r = await volumesRepo.byId(ctx.db, vol.id);
+    return r ? (await showVolumes(ctx, [r]))[0] : null;
+  };
+  return { operation, load };
+}

@@ -1,0 +1,46 @@
+import { volumesRepo, type BackupRow } from '../db/repos/volumes';
+import { boxesRepo } from '../db/repos/boxes';
+import type { BackupStream } from './ports';
+import { dataJobs } from './dataJobs';
+import { defineJob, JobRefused } from './types';
+
+/** Box statuses in which a box has (or is about to have) the volume mounted. */
+const MOUNTED = new Set(['creating', 'running', 'resuming', 'restoring', 'stopping']);
+
+/**
+ * Brings a data volume back to one of its snapshots (a rollback) or to a backup (its chain of
+ * streams, full then incrementals, each checked against its sha256 before anything is touched,
+ * received into a new dataset that takes the volume's place). Refused while a box that has the
+ * volume attached runs. Idempotent: the restore's operation id marks the dataset it made.
+ */
+export const restoreDataJob = defineJob({
+  type: dataJobs.restore,
+  async run({ payload, db, volumes, operationId }) {
+    const vol = await volumesRepo.byId(db, payload.volumeId);
+    if (!vol) throw new JobRefused('the volume was deleted before its restore');
+    for (const a of await volumesRepo.holders(db, vol.id)) {
+      const box = await boxesRepo.byId(db, a.box_id);
+      if (box && MOUNTED.has(box.status)) throw new JobRefused(`volume ${vol.name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop it (or detach the volume) first`);
+    }
+    if (payload.snapshot !== undefined) await volumes.rollback(vol.id, payload.snapshot);
+    else await volumes.restore(vol.id, await chainOf(db, payload.backupId!), vol.quota_gb, operationId);
+    await volumesRepo.update(db, vol.id, { size_bytes: await volumes.usedBytes(vol.id) });
+  },
+});
+
+/** The streams a backup needs, oldest (its full backup) first. */
+export async function chainOf(db: Parameters<typeof volumesRepo.backupById>[0], backupId: string): Promise<BackupStream[]> {
+  const out: BackupStream[] = [];
+  let b: BackupRow | undefined = await volumesRepo.backupById(db, backupId);
+  if (!b) throw new JobRefused('the backup was forgotten before the restore');
+  for (;;) {
+    if (b.status !== 'completed' || !b.sha256) throw new JobRefused(`backup ${b.name} is ${b.status}; only a completed backup restores`);
+    out.unshift({ backup: b.name, sha256: b.sha256 });
+    if (b.mode !== 'incremental') return out;
+    const parentName: string | null = b.parent;
+    const parent: BackupRow | undefined = parentName ? await volumesRepo.backup(db, b.volume_id, parentName) : undefined;
+    if (!parent) throw new JobRefused(`backup ${b.name} is incremental on ${parentName}, which is gone`);
+    if (out.length > 10_000) throw new JobRefused('the backup chain is too long');
+    b = parent;
+  }
+}
