@@ -16,8 +16,9 @@ import * as files from './commands/files';
 import * as services from './commands/services';
 import * as snapshots from './commands/snapshots';
 import * as bases from './commands/bases';
+import * as data from './commands/data';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, data, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { execFile } from 'node:child_process';
 import t from 'tap';
 import { startTestHost } from './helpers/host';
 
@@ -11,6 +12,7 @@ import { startTestHost } from './helpers/host';
  * refused with the volume untouched), and another project's token kept out.
  */
 
+const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 t.test('data volumes on real boxes', async (t) => {
@@ -208,6 +210,41 @@ t.test('data volumes on real boxes', async (t) => {
     await resume('w');
     t.equal((await sh('w', 'sha256sum /data/blob')).stdout.split(' ')[0], second, 'the volume was not touched');
     t.ok(vol.size_bytes > 50 * 1024 * 1024, 'size_bytes counts the data');
+  });
+
+  t.test('the CLI: box data create/ls/get/attach/snapshot/backup/backups/restore/detach/rm, box create --data', async (t) => {
+    const env = { ...process.env, BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken, BOXHOST_PROJECT: 'vol', XDG_CONFIG_HOME: host.config.dataDir };
+    const box = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        execFile(process.execPath, [MAIN, ...args], { env }, (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }));
+      });
+    const ok = async (...args: string[]) => {
+      const r = await box(...args);
+      t.equal(r.code, 0, `box ${args.join(' ')}: ${r.stderr}`);
+      return r;
+    };
+    t.match((await ok('data', 'create', 'cli-vol', '--size-gb', '1', '-d', 'from the cli')).stdout, /created data volume cli-vol \(1 GB/);
+    const made = JSON.parse((await ok('--json', 'create', 'c', '--data', 'cli-vol:/mnt/v', '--wait')).stdout);
+    t.equal(made.status, 'succeeded');
+    t.match((await ok('data', 'ls')).stdout, /cli-vol\s+vol\s+.*vol\/c:\/mnt\/v/);
+    t.equal(JSON.parse((await ok('--json', 'data', 'get', 'cli-vol')).stdout).attachments[0].path, '/mnt/v');
+    t.equal((await sh('c', 'echo x > /mnt/v/x && cat /mnt/v/x')).stdout, 'x\n');
+    await ok('data', 'snapshot', 'create', 'cli-vol', 'first', '-d', 'one');
+    t.match((await ok('data', 'snapshot', 'ls', 'cli-vol')).stdout, /first/);
+    const b = JSON.parse((await ok('--json', 'data', 'backup', 'cli-vol', '--name', 'nightly', '--wait')).stdout);
+    t.match(b, { name: 'nightly', status: 'completed', mode: 'full' });
+    t.match((await ok('data', 'backups', 'cli-vol')).stdout, /nightly\s+completed\s+full/);
+    const refused = await box('data', 'restore', 'cli-vol', '--backup', 'nightly', '--wait');
+    t.equal(refused.code, 1, 'a restore under a running box is refused');
+    t.match(refused.stderr, /attached to box vol\/c/);
+    await ok('stop', 'c', '--wait');
+    await ok('data', 'restore', 'cli-vol', '--snapshot', 'first', '--wait');
+    await ok('data', 'detach', 'cli-vol', 'c');
+    await ok('data', 'snapshot', 'rm', 'cli-vol', 'first');
+    await ok('data', 'rm', 'cli-vol');
+    t.equal((await box('data', 'get', 'cli-vol')).code, 1);
+    t.equal((await box('create', 'd', '--data', 'nocolon')).code, 2, 'a bad --data is a usage error');
+    await ok('rm', 'c', '--wait');
   });
 
   t.test('delete: the box first, then the volume with its backups', async (t) => {

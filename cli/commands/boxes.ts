@@ -62,6 +62,14 @@ interface CreateOptions extends JobOptions {
   region?: string;
   env?: Record<string, string>;
   tag?: Record<string, string>;
+  data?: { name: string; path: string; read_only: boolean }[];
+}
+
+/** `--data NAME:/path[:ro]` (repeatable). */
+function dataMount(value: string, previous: CreateOptions['data']): NonNullable<CreateOptions['data']> {
+  const m = /^([^:]+):(\/[^:]*)(?::(ro|rw))?$/.exec(value);
+  if (!m) throw new UsageError(`--data takes NAME:/path or NAME:/path:ro, not ${JSON.stringify(value)}`);
+  return [...(previous ?? []), { name: m[1], path: m[2], read_only: m[3] === 'ro' }];
 }
 
 interface ListOptions {
@@ -92,6 +100,7 @@ export function register(program: Command): void {
     .option('--region <region>', 'region (must be the host\'s own)')
     .option('--env <KEY=VALUE>', 'environment variable of the box (repeatable)', keyValue)
     .option('--tag <KEY=VALUE>', 'tag (repeatable)', keyValue)
+    .option('--data <NAME:/path[:ro]>', 'mount data volume NAME at /path (repeatable; :ro read-only)', dataMount)
     .option('--wait', waitHelp)
     .action(
       action<CreateOptions>((ctx, [name], o) =>
@@ -103,6 +112,7 @@ export function register(program: Command): void {
             config: defined({ cpus: o.cpus, ram_mb: o.ramMb, storage_gb: o.storageGb, region: o.region }),
             environment: o.env,
             tags: o.tag,
+            ...(o.data ? { data_mounts: o.data } : {}),
           }),
         ),
       ),
