@@ -50,6 +50,7 @@ import { Profiler } from './profile';
 import { runScale } from './scale';
 import { fmtMs, nowMs, round1, summarize, Summary, table } from './stats';
 import { Api } from './api';
+import { benchBackup } from './backup';
 
 const PROJECT = 'bench';
 const intEnv = (name: string, dflt: number) => {
@@ -71,7 +72,10 @@ const SCALE_ONLY = process.env.BENCH_SCALE_ONLY === '1';
 
 /** exec: issue 8 (boxd) asks ≤ 0.3× raw `runc exec` (≈10 ms here); moonshot ≤ 5 ms. */
 /** files: issue 9 asks the files API ≥ 0.5× raw cat's MB/s each way, i.e. ≤ 2× its time. */
-const TARGETS = { create: 1.5, exec: 0.3, fork: 1.2, files: 2 };
+// backup: at least 0.8x the MB/s of a raw `zfs send > file`, i.e. at most 1.25x its time.
+const TARGETS = { create: 1.5, exec: 0.3, fork: 1.2, files: 2, backup: 1.25 };
+const BACKUP_MB = intEnv('BENCH_BACKUP_MB', 256);
+const BACKUP_RUNS = intEnv('BENCH_BACKUP_RUNS', 3);
 /** WebSocket execs timed to their first byte, and the files' size and runs (issue 9). */
 const N_WS = intEnv('BENCH_WS_EXECS', 50);
 const FILE_MB = intEnv('BENCH_FILE_MB', 256);
@@ -606,6 +610,18 @@ async function main(): Promise<number> {
       figures.push(figure(`snapshot ${BIG_MB >= 1024 ? `${BIG_MB / 1024} GiB` : `${BIG_MB} MiB`} box vs empty (${N_FORKS} each)`, snapBig, snapEmpty, 'snapshot of an empty box', TARGETS.fork));
       results.snapshot = { big: summaryJson(summarize(snapBig)), empty: summaryJson(summarize(snapEmpty)) };
       progress(`snapshot done: big p50 ${fmtMs(figures[figures.length - 1].boxhost.p50)} ms, empty p50 ${fmtMs(figures[figures.length - 1].floor.p50)} ms`);
+
+      // ---------------------------------------------------------- 3c. data volume backup vs zfs send
+      if (BACKUP_RUNS > 0) {
+        profiler.phase = 'backup';
+        checkpoint();
+        const b = await benchBackup({ api: api!, project: PROJECT, zfsRoot: storage.root, mb: BACKUP_MB, runs: BACKUP_RUNS, progress });
+        const mbps = (ms: number) => round1(b.bytes / (1024 * 1024) / (ms / 1000));
+        figures.push(figure(`full backup of a ${BACKUP_MB} MiB volume vs zfs send > file (${BACKUP_RUNS} each)`, b.api, b.raw, 'zfs send > file', TARGETS.backup));
+        const f = figures[figures.length - 1];
+        results.backup = { bytes: b.bytes, api: summaryJson(f.boxhost), raw: summaryJson(f.floor), api_mb_per_s: mbps(f.boxhost.p50), raw_mb_per_s: mbps(f.floor.p50), speed_ratio: round1(f.floor.p50 / f.boxhost.p50 * 100) / 100 };
+        progress(`backup done: ${results.backup.api_mb_per_s} MB/s through the API vs ${results.backup.raw_mb_per_s} MB/s raw (${results.backup.speed_ratio}x the speed)`);
+      }
     }
   } catch (e) {
     error = e as Error;

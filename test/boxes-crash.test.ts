@@ -169,6 +169,35 @@ t.test('a worker killed at each step of create, fork and delete converges after 
     t.equal((await call('POST', `${P}/crashs/boxes/fromimport/exec`, { command: ['cat', '/root/f'] })).body?.stdout, 'one\n', `a box from it has the files: ${made.text.slice(0, 200)}`);
   });
 
+  t.test('data backup and restore', async (t) => {
+    t.equal((await call('POST', '/v1/data', { name: 'crashvol', size_gb: 1 })).status, 201);
+    const made = await call('POST', `${P}/crashv/boxes?wait=120`, { name: 'v', data_mounts: [{ name: 'crashvol', path: '/data' }] });
+    t.equal(made.body.status, 'running', made.text);
+    const sh = async (script: string) => (await call('POST', `${P}/crashv/boxes/v/exec`, { command: ['sh', '-c', script] })).body?.stdout as string;
+    const original = await sh('head -c 4194304 /dev/urandom > /data/blob && sync && sha256sum /data/blob');
+    // Killed with the backup's snapshot taken, before its stream is written: the retry sends it.
+    const backup = await dieAt(t, 'data-backup:held', () => call('POST', '/v1/data/crashvol/backups', { name: 'b1' }));
+    await restart();
+    t.equal((await call('GET', `/v1/operations/${backup.opId}/wait?timeout=120`)).body?.status, 'succeeded', 'the backup converged');
+    const b1 = (await call('GET', '/v1/data/crashvol/backups/b1')).body;
+    t.match(b1, { status: 'completed', mode: 'full' });
+    const volId = fs.readdirSync(cfg.backupDir)[0];
+    const stream = fs.readFileSync(path.join(cfg.backupDir, volId, 'b1.zfs'));
+    t.equal(crypto.createHash('sha256').update(stream).digest('hex'), b1.sha256, 'the stream on disk is the one recorded');
+    t.same(fs.readdirSync(path.join(cfg.backupDir, volId)).sort(), ['b1.json', 'b1.zfs'], 'no partial file is left');
+
+    await sh('echo changed > /data/blob && sync');
+    t.equal((await call('GET', `/v1/operations/${(await call('POST', `${P}/crashv/boxes/v/stop`)).headers.get('operation-id')}/wait?timeout=120`)).body?.status, 'succeeded');
+    // Killed with the chain verified, before it is received: the retry receives it and swaps.
+    const restore = await dieAt(t, 'data-restore:verified', () => call('POST', '/v1/data/crashvol/restore', { backup: 'b1' }));
+    await restart();
+    t.equal((await call('GET', `/v1/operations/${restore.opId}/wait?timeout=120`)).body?.status, 'succeeded', 'the restore converged');
+    t.equal((await call('GET', `/v1/operations/${(await call('POST', `${P}/crashv/boxes/v/resume`)).headers.get('operation-id')}/wait?timeout=120`)).body?.status, 'succeeded');
+    t.equal(await sh('sha256sum /data/blob'), original, 'the volume holds the backup, intact');
+    const datasets = (await run(['zfs', 'list', '-H', '-o', 'name', '-t', 'all', '-r', `boxhost-${cfg.hostTag}`])).stdout;
+    t.notMatch(datasets, /tmp\/(restore|old)-/, 'no temporary dataset of the restore is left');
+  });
+
   t.test('delete', async (t) => {
     const points: [string, Partial<BoxObjects>][] = [
       ['destroy', RUNNING],

@@ -1,0 +1,180 @@
+/**
+ * The data volume job handlers run directly (no Redis, no worker) on VolumeSteps over the mock
+ * volume driver and a real sqlite file: create and its cleanup, backups (full, then incremental
+ * on the newest backup still on the volume; a retry sends the same stream; a failure cleans up),
+ * restores (the chain, a corrupt or missing stream refused before the volume is touched, a box
+ * running with it refused).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { UnrecoverableError } from 'bullmq';
+import { createDb, migrate } from '../db/knex';
+import { createLogger } from '../core/logger';
+import { CommandError } from '../core/command';
+import { newId, now } from '../core/ids';
+import type { JobContext, JobHandler } from '../jobs/types';
+import type { BaseHost, BoxHost, VolumeHost } from '../jobs/ports';
+import { volumesRepo, type BackupRow } from '../db/repos/volumes';
+import { boxesRepo } from '../db/repos/boxes';
+import { createDataJob } from '../jobs/dataVolume';
+import { backupDataJob } from '../jobs/dataBackup';
+import { restoreDataJob } from '../jobs/dataRestore';
+import { MockVolumes } from '../workers/storage/mockVolumes';
+import { backupFiles, VolumeSteps } from '../workers/volumeSteps';
+import { generatedBackupName } from '../domain/volumeData';
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-data-'));
+const backupDir = path.join(dataDir, 'backups');
+const db = createDb({ dataDir, databaseUrl: undefined });
+const log = createLogger('silent');
+const refuse = <T extends object>(what: string) => new Proxy({} as T, { get: (_t, p) => () => Promise.reject(new Error(`a data job called ${what} step ${String(p)}`)) });
+
+t.before(() => migrate(db));
+t.teardown(async () => {
+  await db.destroy();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+function ctxOf<P>(volumes: VolumeHost, payload: P, attempt: number, attempts: number, operationId: string): JobContext<P> {
+  return { payload, operationId, attempt, lastAttempt: attempt >= attempts, db, log, node: refuse<BoxHost>('box'), bases: refuse<BaseHost>('base'), volumes, progress: async () => undefined };
+}
+
+async function runLikeWorker<P>(handler: JobHandler<P>, payload: P, volumes: VolumeHost, attempts = 5): Promise<{ attempts: number; error?: Error }> {
+  const operationId = newId('op');
+  for (let attempt = 1; ; attempt++) {
+    const ctx = ctxOf(volumes, payload, attempt, attempts, operationId);
+    try {
+      await handler.run(ctx);
+      return { attempts: attempt };
+    } catch (e) {
+      if (!ctx.lastAttempt && !(e instanceof UnrecoverableError)) continue;
+      await handler.onFailed?.(ctx, e as Error);
+      return { attempts: attempt, error: e as Error };
+    }
+  }
+}
+
+let n = 0;
+async function volume(mock: MockVolumes, steps: VolumeSteps) {
+  const id = `vunit${++n}`;
+  const at = now();
+  await volumesRepo.insert(db, { id, name: `unit-${n}`, project: null, node: 'n1', state: 'creating', quota_gb: 1, description: null, size_bytes: 0, created_by: null, created_at: at, updated_at: at });
+  const r = await runLikeWorker(createDataJob, { volumeId: id, quotaGb: 1 }, steps);
+  if (r.error) throw r.error;
+  return { id, set: (data: string) => void (mock.volumes.get(id)!.data = data), get: () => mock.volumes.get(id)!.data };
+}
+
+async function backup(volumeId: string, name: string): Promise<BackupRow> {
+  const at = now();
+  const row: BackupRow = { id: newId('bk'), volume_id: volumeId, name, status: 'pending', mode: null, parent: null, description: null, error: null, sha256: null, size_bytes: null, created_at: at, updated_at: at };
+  await volumesRepo.insertBackup(db, row);
+  return row;
+}
+
+const fresh = () => {
+  const mock = new MockVolumes();
+  return { mock, steps: new VolumeSteps({ volumes: mock, backupDir }) };
+};
+
+t.test('create: ready with its dataset; failed for good, the dataset and the row go', async (t) => {
+  const { mock, steps } = fresh();
+  const v = await volume(mock, steps);
+  t.equal((await volumesRepo.byId(db, v.id))?.state, 'ready');
+  t.ok(mock.volumes.has(v.id));
+  mock.failAlways('createVolume', new Error('zfs create exited 1: out of space'));
+  const at = now();
+  await volumesRepo.insert(db, { id: 'vunitbad', name: 'unit-bad', project: null, node: 'n1', state: 'creating', quota_gb: 1, description: null, size_bytes: 0, created_by: null, created_at: at, updated_at: at });
+  const r = await runLikeWorker(createDataJob, { volumeId: 'vunitbad', quotaGb: 1 }, steps, 2);
+  t.ok(r.error, 'it failed');
+  t.equal(await volumesRepo.byId(db, 'vunitbad'), undefined, 'the row is gone');
+  t.notOk(mock.volumes.has('vunitbad'));
+});
+
+t.test('backups: full, then incremental on the newest still on the volume; a retry is the same stream', async (t) => {
+  const { mock, steps } = fresh();
+  const v = await volume(mock, steps);
+  v.set('one');
+  const a = await backup(v.id, 'a');
+  mock.failNext('sendBackup', new Error('zfs send exited 1: broken pipe'));
+  t.same(await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: a.id }, steps), { attempts: 2 }, 'retried once');
+  t.match(await volumesRepo.backupById(db, a.id), { status: 'completed', mode: 'full', parent: null });
+  v.set('two');
+  const b = await backup(v.id, 'b');
+  await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: b.id }, steps);
+  t.match(await volumesRepo.backupById(db, b.id), { status: 'completed', mode: 'incremental', parent: 'a' });
+  // A rollback that took b's snapshot away: the next one is incremental on a.
+  await mock.dropBackupSnapshot(v.id, 'b');
+  const c = await backup(v.id, 'c');
+  await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: c.id }, steps);
+  t.match(await volumesRepo.backupById(db, c.id), { mode: 'incremental', parent: 'a' });
+  // None left on the volume: full again.
+  for (const x of ['a', 'c']) await mock.dropBackupSnapshot(v.id, x);
+  const d = await backup(v.id, 'd');
+  await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: d.id }, steps);
+  t.match(await volumesRepo.backupById(db, d.id), { mode: 'full', parent: null });
+
+  // A failure for good: failed with a public reason, its partial file and snapshot gone.
+  const e = await backup(v.id, 'e');
+  mock.failAlways('sendBackup', new CommandError(['/usr/sbin/zfs', 'send', 'boxhost/data/x@_bk-e'], 1, '', 'cannot send boxhost/data/x@_bk-e: out of space'));
+  const r = await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: e.id }, steps, 2);
+  mock.heal();
+  t.ok(r.error);
+  const failed = await volumesRepo.backupById(db, e.id);
+  t.equal(failed?.status, 'failed');
+  t.notMatch(failed?.error ?? '', /\/usr\/sbin|boxhost\/data/, 'no host path or dataset in the error');
+  t.match(failed?.error ?? '', /out of space/);
+  t.notOk(fs.existsSync(backupFiles(backupDir, v.id, 'e').stream));
+  t.notOk(await mock.hasBackupSnapshot(v.id, 'e'));
+});
+
+t.test('restore: the chain back to its full backup; corrupt, missing or unfinished refused untouched; a running box refused', async (t) => {
+  const { mock, steps } = fresh();
+  const v = await volume(mock, steps);
+  v.set('one');
+  const a = await backup(v.id, 'a');
+  await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: a.id }, steps);
+  v.set('two');
+  const b = await backup(v.id, 'b');
+  await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: b.id }, steps);
+  v.set('three');
+
+  t.same(await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id }, steps), { attempts: 1 });
+  t.equal(v.get(), 'two');
+  t.same(await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: a.id }, steps), { attempts: 1 });
+  t.equal(v.get(), 'one');
+
+  v.set('four');
+  fs.appendFileSync(backupFiles(backupDir, v.id, 'a').stream, 'x');
+  const corrupt = await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id }, steps);
+  t.equal(corrupt.attempts, 1, 'refused at once, not retried');
+  t.match(corrupt.error?.message, /backup a is corrupt/, 'the chain is checked: b needs a');
+  t.equal(v.get(), 'four', 'the volume was not touched');
+  fs.rmSync(backupFiles(backupDir, v.id, 'a').stream);
+  t.match((await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: a.id }, steps)).error?.message, /missing/);
+  const pending = await backup(v.id, 'p');
+  t.match((await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: pending.id }, steps)).error?.message, /only a completed backup restores/);
+
+  // A box that runs with the volume attached: refused.
+  const at = now();
+  await boxesRepo.insert(db, {
+    id: 'bunitdata', project: 'pd', name: 'x', status: 'running', error: null, base: null, fork: null, config: { cpus: 1, ram_mb: 64, storage_gb: 1, region: 'local' },
+    environment: {}, tags: {}, data_mounts: [{ name: 'unit', path: '/d', read_only: false }], lifecycle: null, pack: null, pack_rev: null, rollback_to: null,
+    termination_grace_period_seconds: 10, url_settings: null, node: 'n1', address: null, created_at: at, updated_at: at,
+  });
+  await volumesRepo.attach(db, { volume_id: v.id, box_id: 'bunitdata', project: 'pd', box: 'x', path: '/d', read_only: false, created_at: at });
+  mock.volumes.get(v.id)!.snapshots.push({ name: 's', createdAt: at, data: 'snap' });
+  const busy = await runLikeWorker(restoreDataJob, { volumeId: v.id, snapshot: 's' }, steps);
+  t.match(busy.error?.message, /attached to box pd\/x, which is running/);
+  t.equal(v.get(), 'four');
+});
+
+t.test('generated backup names obey the backup name rule', async (t) => {
+  const rule = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+  for (let i = 0; i < 200; i++) {
+    const g = generatedBackupName(new Date(Date.UTC(2026, 0, 1) + i * 7_777_777));
+    t.ok(rule.test(g) && !g.includes('--'), g);
+  }
+  t.end();
+});
