@@ -17,8 +17,9 @@ import * as services from './commands/services';
 import * as snapshots from './commands/snapshots';
 import * as bases from './commands/bases';
 import * as data from './commands/data';
+import * as builds from './commands/builds';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, data, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

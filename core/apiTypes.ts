@@ -276,7 +276,7 @@ export interface Base {
   created_at: string;
   size_bytes: number;
   /** `builtin` (made by every node), `saved` (from a box), `imported` (from a tarball). */
-  origin: 'builtin' | 'saved' | 'imported';
+  origin: 'builtin' | 'saved' | 'imported' | 'built';
   /** The project a saved base belongs to; null: every project may use it. */
   project: string | null;
   builder: string | null;
@@ -375,3 +375,38 @@ export interface CreateDataBackupRequest {
 }
 
 export type RestoreDataRequest = { snapshot: string } | { backup: string };
+
+// ------------------------------------------------------------------ base builds (docs/bases.md "Builds")
+
+export interface StartBaseBuildRequest {
+  base?: string;
+  parent?: string;
+  script?: string;
+  pack?: string;
+  force?: boolean;
+  /** Where the temporary box runs and whose base it becomes (an addition; see docs/bases.md). */
+  project?: string;
+}
+
+/** The spec's Base build start result, plus `cached`. */
+export interface BaseBuildStart {
+  id: string;
+  status: BaseBuild['status'];
+  version: string;
+  cached: boolean;
+}
+
+export interface BaseBuild {
+  id: string;
+  status: 'queued' | 'running' | 'succeeded' | 'failed';
+  version: string;
+  base: string;
+  parent: string;
+  cached: boolean;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+  project: string;
+  box: string | null;
+  exit_code: number | null;
+}

@@ -10,6 +10,10 @@
 export type BoxStatus = 'creating' | 'running' | 'stopping' | 'stopped' | 'resuming' | 'restoring' | 'deleting' | 'failed';
 export type ShownBoxStatus = BoxStatus | 'unknown';
 
+/** Box statuses in which a box has (or is about to have) its data volumes mounted: a volume
+ *  held by such a box is not restored or deleted under it (docs/data.md). */
+export const VOLUME_HOLDING_STATUSES: ReadonlySet<string> = new Set(['creating', 'running', 'resuming', 'restoring', 'stopping', 'deleting']);
+
 export const BOX_STATUSES: readonly ShownBoxStatus[] = ['creating', 'running', 'stopping', 'stopped', 'resuming', 'restoring', 'deleting', 'failed', 'unknown'];
 
 /** The job-backed actions on one box. */

@@ -73,6 +73,10 @@ export interface Config {
   backupDir: string;
   /** A data volume's size when its create names none (BOXHOST_DATA_DEFAULT_GB; 10). */
   dataDefaultGb: number;
+  /** Backups a data volume keeps at most (BOXHOST_BACKUPS_MAX_PER_VOLUME; 100). */
+  backupsPerVolume: number;
+  /** How long a base build's script may run (BOXHOST_BUILD_TIMEOUT_SECS; 3600). */
+  buildTimeoutSecs: number;
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -141,6 +145,8 @@ const envSchema = Joi.object({
   BOXHOST_BASE_MAX_GB: Joi.number().min(0.001).max(1024).default(16),
   BOXHOST_BACKUP_DIR: Joi.string().allow(''),
   BOXHOST_DATA_DEFAULT_GB: Joi.number().integer().min(1).max(16384).default(10),
+  BOXHOST_BACKUPS_MAX_PER_VOLUME: Joi.number().integer().min(1).max(100000).default(100),
+  BOXHOST_BUILD_TIMEOUT_SECS: Joi.number().integer().min(1).max(86400).default(3600),
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
   BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
@@ -220,6 +226,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     basesPerProject: value.BOXHOST_BASES_MAX_PER_PROJECT,
     backupDir: value.BOXHOST_BACKUP_DIR ? path.resolve(value.BOXHOST_BACKUP_DIR) : path.join(dataDir, 'backups'),
     dataDefaultGb: value.BOXHOST_DATA_DEFAULT_GB,
+    buildTimeoutSecs: value.BOXHOST_BUILD_TIMEOUT_SECS,
+    backupsPerVolume: value.BOXHOST_BACKUPS_MAX_PER_VOLUME,
     baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),

@@ -56,13 +56,13 @@ const provenance = (p: BaseProvenance) => ({
  */
 /** Each project's saves hold at most BOXHOST_BASES_MAX_PER_PROJECT versions, and so do all
  *  imports together (their space is shared): one more → 409. */
-async function assertRoomForBase(db: DomainContext['db'], max: number, owner: string | null): Promise<void> {
+export async function assertRoomForBase(db: DomainContext['db'], max: number, owner: string | null): Promise<void> {
   if ((await basesRepo.countOwned(db, owner)) >= max) {
     throw conflict(`${owner === null ? 'imported bases' : `project ${owner}`} hold ${max} base versions, the most there may be (BOXHOST_BASES_MAX_PER_PROJECT); delete one first`);
   }
 }
 
-async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
+export async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
   const any = await basesRepo.anyOf(db, name);
   if (!any) return;
   if (any.origin === 'builtin') throw conflict(`base name ${name} is a built-in base's; pick another name`);

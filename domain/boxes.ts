@@ -206,14 +206,18 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   try {
     const operation = await ctx.db.transaction(async (trx) => {
       await ensureProject(ctx, trx, project);
-      await assertQuota(ctx, trx, project, { boxes: 1, ...needOf(config) });
+      // Volumes with no project yet join this one: their quota counts with the box's.
+      const joining = volumes.filter((v) => v.vol.project === null);
+      const need = needOf(config);
+      await assertQuota(ctx, trx, project, { boxes: 1, ...need, storage_gb: need.storage_gb + joining.reduce((n, v) => n + v.vol.quota_gb, 0), volumes: joining.length });
       // After the quota check has locked the project row: creates at the edge count in turn.
       await assertAddressRoom(ctx, trx, project, node);
       await ctx.nodes.assertRootRoom(trx, node, needOf(config));
       for (const [i, v] of volumes.entries()) {
-        const vol = (await volumesRepo.lock(trx, v.vol.id)) ?? v.vol;
+        const vol = await volumesRepo.lock(trx, v.vol.id);
+        if (!vol) throw invalidField(`data_mounts.${i}.name`, `data volume ${v.mount.name} does not exist`);
         checkAttach(vol, box, v.mount.path, `data_mounts.${i}.path`);
-        box.data_mounts = await recordAttach(ctx, trx, vol, box, v.mount);
+        box.data_mounts = await recordAttach(ctx, trx, vol, box, v.mount, { quotaChecked: true });
       }
       await boxesRepo.insert(trx, box);
       return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);

@@ -5,6 +5,7 @@ import type { NodeClient } from '../cluster/types';
 import { HttpNodeClient } from '../cluster/httpClient';
 import type { Node } from '../core/apiTypes';
 import { boxesRepo } from '../db/repos/boxes';
+import { volumesRepo } from '../db/repos/volumes';
 import { operationsRepo } from '../db/repos/operations';
 
 export interface NodeDirectoryOptions {
@@ -268,7 +269,13 @@ export class NodeDirectory {
     if (n.committed.boxes > 0 && !opts.force) {
       throw conflict(`node ${id} still holds ${n.committed.boxes} boxes; delete them, or force the removal of a node that is gone for good (its boxes are then lost)`);
     }
+    const volumes = (await this.db('data_volumes').where({ node: id }).select('id', 'name')) as { id: string; name: string }[];
+    if (volumes.length > 0 && !opts.force) {
+      throw conflict(`node ${id} still holds data volumes ${volumes.map((v) => v.name).join(', ')}; delete them, or force the removal of a node that is gone for good (they are then lost)`);
+    }
     await this.db.transaction(async (trx) => {
+      // Volumes of a node gone for good are lost with it (their backups' files stay in the backup directory).
+      for (const v of volumes) await volumesRepo.remove(trx, v.id);
       await boxesRepo.failOnNode(trx, id, `node ${id} was removed while down: this box is lost; delete it`);
       await operationsRepo.failOnNode(trx, id, `lost: node ${id} was removed`);
       await nodesRepo.remove(trx, id);

@@ -16,6 +16,11 @@ const SYSTEM_PREFIXES = ['/.boxhost'];
 
 const sees = (identity: Identity, row: VolumeRow) => identity.projects === null || (row.project !== null && identity.projects.includes(row.project));
 
+const STATE_WORDS: Record<VolumeRow['state'], string> = { creating: 'still being made', deleting: 'being deleted', restoring: 'being restored', ready: 'ready' };
+
+/** 409 for a volume that is not `ready`, saying what it is doing. */
+export const notReady = (vol: Pick<VolumeRow, 'name' | 'state'>) => conflict(`data volume ${vol.name} is ${STATE_WORDS[vol.state]}; try again once that is done`);
+
 /** The volume if this caller may see it. */
 export async function findVolume(ctx: Pick<DomainContext, 'db'>, identity: Identity, name: string): Promise<VolumeRow | undefined> {
   const row = await volumesRepo.byName(ctx.db, name);
@@ -50,7 +55,7 @@ const nested = (a: string, b: string) => a === b || a.startsWith(`${b}/`) || b.s
  */
 export function checkAttach(vol: VolumeRow, box: Pick<BoxRecord, 'project' | 'name' | 'node' | 'data_mounts'>, path: string, field = 'name'): void {
   checkMountPath(path);
-  if (vol.state !== 'ready') throw conflict(`data volume ${vol.name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  if (vol.state !== 'ready') throw notReady(vol);
   if (vol.project !== null && vol.project !== box.project) throw conflict(`data volume ${vol.name} belongs to project ${vol.project}; it can be attached only to that project's boxes`);
   if (vol.node !== box.node) throw conflict(`data volume ${vol.name} is on node ${vol.node} and box ${box.project}/${box.name} on node ${box.node}; a volume is attached on its own node`);
   if (box.data_mounts.some((m) => m.name === vol.name)) throw conflict(`data volume ${vol.name} is already attached to box ${box.project}/${box.name}`);
@@ -59,9 +64,9 @@ export function checkAttach(vol: VolumeRow, box: Pick<BoxRecord, 'project' | 'na
 }
 
 /** Records an attachment (and the volume's project when it had none), inside `trx`. */
-export async function recordAttach(ctx: DomainContext, trx: DomainContext['db'], vol: VolumeRow, box: BoxRecord, mount: DataMount): Promise<DataMount[]> {
+export async function recordAttach(ctx: DomainContext, trx: DomainContext['db'], vol: VolumeRow, box: BoxRecord, mount: DataMount, opts: { quotaChecked?: boolean } = {}): Promise<DataMount[]> {
   if (vol.project === null) {
-    await assertQuota(ctx, trx, box.project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: vol.quota_gb, volumes: 1 });
+    if (!opts.quotaChecked) await assertQuota(ctx, trx, box.project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: vol.quota_gb, volumes: 1 });
     await volumesRepo.update(trx, vol.id, { project: box.project });
   }
   await volumesRepo.attach(trx, { volume_id: vol.id, box_id: box.id, project: box.project, box: box.name, path: mount.path, read_only: mount.read_only, created_at: now() });

@@ -7,7 +7,9 @@ import { BoxhostError, conflict, notFound } from '../core/errors';
 import { newId, now } from '../core/ids';
 import { dataJobs } from '../jobs/dataJobs';
 import { toApiSnapshot } from './snapshots';
-import { awaitShortJob, enqueueVolumeJob, loadVolume, MOUNTED_STATUSES, pendingVolumeOps, showVolumes, volumePath, type Made } from './volumes';
+import { notReady } from './volumeAttach';
+import { awaitShortJob, enqueueVolumeJob, holdersOf, loadVolume, pendingVolumeOps, showVolumes, volumePath, type Made } from './volumes';
+import { VOLUME_HOLDING_STATUSES } from '../core/box';
 
 /**
  * A volume's snapshots, backups and restores (docs/data.md). Snapshots live on the volume's
@@ -30,7 +32,7 @@ const queuedOf = async (ctx: DomainContext, vol: VolumeRow, kind: string) =>
 /** Snapshots a volume (201 with the snapshot; 202 + operation past 30 s). A name in use → 409. */
 export async function createDataSnapshot(ctx: DomainContext, identity: Identity, name: string, req: CreateDataSnapshotRequest): Promise<Made<DataSnapshot | DataVolume>> {
   const vol = await loadVolume(ctx, identity, name);
-  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  if (vol.state !== 'ready') throw notReady(vol);
   const { snapshots } = await nodeInfo(ctx, vol);
   if (snapshots.some((s) => s.name === req.name)) throw conflict(`data volume ${name} already has a snapshot ${req.name}`);
   if ((await queuedOf(ctx, vol, dataJobs.snapshot.kind)).some((p) => p.name === req.name)) throw conflict(`a snapshot ${req.name} of data volume ${name} is already being taken`);
@@ -93,7 +95,7 @@ export const generatedBackupName = (at = new Date()) =>
 /** Starts a backup (202 + operation; the body is the backup, `pending`). A name in use → 409. */
 export async function createBackup(ctx: DomainContext, identity: Identity, name: string, req: CreateDataBackupRequest): Promise<{ backup: DataBackup; operation: Awaited<ReturnType<typeof enqueueVolumeJob>>; load: () => Promise<DataBackup | null> }> {
   const vol = await loadVolume(ctx, identity, name);
-  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  if (vol.state !== 'ready') throw notReady(vol);
   await ctx.nodes.assertUp(vol.node);
   const backupName = req.name ?? generatedBackupName();
   const at = now();
@@ -103,7 +105,12 @@ export async function createBackup(ctx: DomainContext, identity: Identity, name:
   };
   try {
     const operation = await ctx.db.transaction(async (trx) => {
+      const locked = await volumesRepo.lock(trx, vol.id);
+      if (!locked) throw notFound(`data volume ${name}`);
+      if (locked.state !== 'ready') throw notReady(locked);
       if (await volumesRepo.backup(trx, vol.id, backupName)) throw conflict(`data volume ${name} already has a backup ${backupName}`);
+      const count = (await volumesRepo.backups(trx, vol.id)).length;
+      if (count >= ctx.config.backupsPerVolume) throw conflict(`data volume ${name} has ${count} backups, the most one keeps (BOXHOST_BACKUPS_MAX_PER_VOLUME); delete one first`);
       await volumesRepo.insertBackup(trx, row);
       return enqueueVolumeJob(ctx, trx, vol, dataJobs.backup.of({ volumeId: vol.id, backupId: row.id }), identity, backupPath(name, backupName));
     });
@@ -126,12 +133,10 @@ export async function createBackup(ctx: DomainContext, identity: Identity, name:
  */
 export async function restoreVolume(ctx: DomainContext, identity: Identity, name: string, req: RestoreDataRequest) {
   const vol = await loadVolume(ctx, identity, name);
-  if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
+  if (vol.state !== 'ready') throw notReady(vol);
   await ctx.nodes.assertUp(vol.node);
-  for (const a of await volumesRepo.holders(ctx.db, vol.id)) {
-    const box = await boxesRepo.byId(ctx.db, a.box_id);
-    if (box && MOUNTED_STATUSES.has(box.status)) throw conflict(`data volume ${name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop the box (or detach the volume) first`);
-  }
+  const runningHolder = (await holdersOf(ctx.db, vol.id)).find((a) => VOLUME_HOLDING_STATUSES.has(a.projected) || a.projected === 'running');
+  if (runningHolder) throw conflict(`data volume ${name} is attached to box ${runningHolder.project}/${runningHolder.box}, which is ${runningHolder.projected === 'running' ? 'running' : `going to be ${runningHolder.projected}`}; stop the box (or detach the volume) first`);
   let payload;
   if ('snapshot' in req) {
     const { snapshots } = await nodeInfo(ctx, vol);
@@ -149,7 +154,14 @@ export async function restoreVolume(ctx: DomainContext, identity: Identity, name
     if (b.status !== 'completed') throw conflict(`backup ${req.backup} is ${b.status}; only a completed backup restores`);
     payload = { volumeId: vol.id, backupId: b.id };
   }
-  const operation = await ctx.db.transaction((trx) => enqueueVolumeJob(ctx, trx, vol, dataJobs.restore.of(payload), identity));
+  const operation = await ctx.db.transaction(async (trx) => {
+    // Locked and marked: no attach, box start or second restore takes it until this one ends.
+    const locked = await volumesRepo.lock(trx, vol.id);
+    if (!locked) throw notFound(`data volume ${name}`);
+    if (locked.state !== 'ready') throw notReady(locked);
+    await volumesRepo.update(trx, vol.id, { state: 'restoring' });
+    return enqueueVolumeJob(ctx, trx, vol, dataJobs.restore.of(payload), identity);
+  });
   const load = async () => {
     const r = await volumesRepo.byId(ctx.db, vol.id);
     return r ? (await showVolumes(ctx, [r]))[0] : null;

@@ -4,13 +4,14 @@ import { volumesRepo, toAttachment, type AttachmentRow, type VolumeRow } from '.
 import { boxesRepo } from '../db/repos/boxes';
 import { operationsRepo } from '../db/repos/operations';
 import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
-import { checkAttach, findVolume, recordAttach } from './volumeAttach';
+import { checkAttach, findVolume, notReady, recordAttach } from './volumeAttach';
 import { now, randomId } from '../core/ids';
+import { projectedStatus, VOLUME_HOLDING_STATUSES } from '../core/box';
 import { dataJobs, volumeTurnKey } from '../jobs/dataJobs';
 import type { JobMessage } from '../jobs/types';
 import type { OperationRow } from '../db/repos/operations';
 import { assertQuota } from './projects';
-import { loadBox, showBox } from './boxes';
+import { loadBox, pendingActions, showBox } from './boxes';
 import type { Accepted } from './operations';
 
 /**
@@ -64,6 +65,24 @@ export async function listVolumes(ctx: DomainContext, identity: Identity): Promi
 
 export async function getVolume(ctx: DomainContext, identity: Identity, name: string): Promise<DataVolume> {
   return (await showVolumes(ctx, [await loadVolume(ctx, identity, name)]))[0];
+}
+
+/**
+ * The boxes that hold a volume: those it is attached to, and those it was detached from while
+ * they ran and that still run (a lingering row of a box that stopped since is stale). With each,
+ * the status its box will have once its queued operations ran.
+ */
+export async function holdersOf(db: DomainContext['db'], volumeId: string): Promise<(AttachmentRow & { projected: string })[]> {
+  const out: (AttachmentRow & { projected: string })[] = [];
+  for (const a of await volumesRepo.holders(db, volumeId)) {
+    const box = await boxesRepo.byId(db, a.box_id);
+    if (!box) continue;
+    const projected = projectedStatus(box.status, await pendingActions(db, box.id));
+    const mounted = VOLUME_HOLDING_STATUSES.has(box.status) || VOLUME_HOLDING_STATUSES.has(projected) || projected === 'running';
+    if (a.detached && !mounted) continue;
+    out.push({ ...a, projected });
+  }
+  return out;
 }
 
 /** Queues a job on the volume's node, in turn with the volume's other operations. */
@@ -130,8 +149,8 @@ export async function deleteVolume(ctx: DomainContext, identity: Identity, name:
   const op = await ctx.db.transaction(async (trx) => {
     const vol = await volumesRepo.lock(trx, current.id);
     if (!vol) throw notFound(`data volume ${name}`);
-    if (vol.state !== 'ready') throw conflict(`data volume ${name} is ${vol.state === 'creating' ? 'still being made' : 'being deleted'}`);
-    const attached = await volumesRepo.holders(trx, vol.id);
+    if (vol.state !== 'ready') throw notReady(vol);
+    const attached = await holdersOf(trx, vol.id);
     if (attached.length > 0) {
       const why = (a: AttachmentRow) => (a.detached ? `still mounted in box ${a.project}/${a.box} (detached while it runs) until it stops` : `attached to box ${a.project}/${a.box} at ${a.path}`);
       throw new BoxhostError('conflict', `data volume ${name} is ${attached.map(why).join('; ')}; detach it (and stop the box) first`,
@@ -153,7 +172,8 @@ export async function attachVolume(ctx: DomainContext, identity: Identity, name:
   const box0 = await loadBox(ctx, identity, req.project, req.box);
   const boxId = await ctx.db.transaction(async (trx) => {
     const box = await loadBox({ db: trx }, identity, req.project, req.box, { lock: true });
-    const vol = (await volumesRepo.lock(trx, vol0.id)) ?? vol0;
+    const vol = await volumesRepo.lock(trx, vol0.id);
+    if (!vol) throw notFound(`data volume ${name}`);
     if (box.status === 'deleting' || box.status === 'failed') throw conflict(`box ${req.project}/${req.box} is ${box.status}`);
     checkAttach(vol, box, req.path);
     const mounts = await recordAttach(ctx, trx, vol, box, { name, path: req.path, read_only: req.read_only ?? false });
@@ -163,9 +183,6 @@ export async function attachVolume(ctx: DomainContext, identity: Identity, name:
   return showBox(ctx, (await boxesRepo.byId(ctx.db, boxId)) ?? box0);
 }
 
-/** Box statuses in which a box has (or is about to have) its volumes mounted. */
-export const MOUNTED_STATUSES = new Set(['creating', 'running', 'resuming', 'restoring', 'stopping']);
-
 /** Detaches a volume from a box (200, the Box); the box keeps it mounted until its next stop. */
 export async function detachVolume(ctx: DomainContext, identity: Identity, name: string, req: DetachDataRequest): Promise<Box> {
   const vol = await loadVolume(ctx, identity, name);
@@ -174,7 +191,7 @@ export async function detachVolume(ctx: DomainContext, identity: Identity, name:
     const box = await loadBox({ db: trx }, identity, req.project, req.box, { lock: true });
     if (!box.data_mounts.some((m) => m.name === name)) throw conflict(`data volume ${name} is not attached to box ${req.project}/${req.box}`);
     // A box that runs keeps the mount until it stops: the volume stays held by it till then.
-    await volumesRepo.detach(trx, vol.id, box.id, MOUNTED_STATUSES.has(box.status));
+    await volumesRepo.detach(trx, vol.id, box.id, VOLUME_HOLDING_STATUSES.has(box.status));
     await boxesRepo.update(trx, box.id, { data_mounts: box.data_mounts.filter((m) => m.name !== name) });
   });
   return showBox(ctx, (await boxesRepo.byId(ctx.db, box0.id)) ?? box0);

@@ -19,9 +19,16 @@ export interface BaseImportPayload extends BaseRefPayload {
   token: string;
 }
 
+export interface BaseBuildPayload extends BaseRefPayload {
+  buildId: string;
+  /** The temporary box the script runs in (its create runs first, in turn). */
+  boxId: string;
+}
+
 const ref = { name: Joi.string().pattern(NAME_PATTERN).required(), version: Joi.string().pattern(BASE_VERSION_PATTERN).required() };
 
 export const baseJobs = {
   save: jobType<BaseSavePayload>('base.save', Joi.object<BaseSavePayload>({ ...ref, boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
+  build: jobType<BaseBuildPayload>('base.build', Joi.object<BaseBuildPayload>({ ...ref, buildId: Joi.string().pattern(/^bb_[a-z0-9]{20}$/).required(), boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
   import: jobType<BaseImportPayload>('base.import', Joi.object<BaseImportPayload>({ ...ref, token: Joi.string().pattern(/^[0-9a-f]{32}$/).required() })),
 } as const;

@@ -1,11 +1,9 @@
 import { volumesRepo, type BackupRow } from '../db/repos/volumes';
 import { boxesRepo } from '../db/repos/boxes';
+import { VOLUME_HOLDING_STATUSES } from '../core/box';
 import type { BackupStream } from './ports';
 import { dataJobs } from './dataJobs';
 import { defineJob, JobRefused } from './types';
-
-/** Box statuses in which a box has (or is about to have) the volume mounted. */
-const MOUNTED = new Set(['creating', 'running', 'resuming', 'restoring', 'stopping']);
 
 /**
  * Brings a data volume back to one of its snapshots (a rollback) or to a backup (its chain of
@@ -20,11 +18,26 @@ export const restoreDataJob = defineJob({
     if (!vol) throw new JobRefused('the volume was deleted before its restore');
     for (const a of await volumesRepo.holders(db, vol.id)) {
       const box = await boxesRepo.byId(db, a.box_id);
-      if (box && MOUNTED.has(box.status)) throw new JobRefused(`volume ${vol.name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop it (or detach the volume) first`);
+      if (box && VOLUME_HOLDING_STATUSES.has(box.status)) throw new JobRefused(`volume ${vol.name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop it (or detach the volume) first`);
     }
-    if (payload.snapshot !== undefined) await volumes.rollback(vol.id, payload.snapshot);
-    else await volumes.restore(vol.id, await chainOf(db, payload.backupId!), vol.quota_gb, operationId);
-    await volumesRepo.update(db, vol.id, { size_bytes: await volumes.usedBytes(vol.id) });
+    try {
+      if (payload.snapshot !== undefined) await volumes.rollback(vol.id, payload.snapshot);
+      else await volumes.restore(vol.id, await chainOf(db, payload.backupId!), vol.quota_gb, operationId);
+    } catch (e) {
+      // The storage's refusals (a later snapshot taken meanwhile, the snapshot gone) are final.
+      if ((e as { code?: string }).code === 'conflict' || /has no snapshot/.test((e as Error).message)) throw new JobRefused((e as Error).message);
+      throw e;
+    }
+    await volumesRepo.update(db, vol.id, { state: 'ready', size_bytes: await volumes.usedBytes(vol.id) });
+  },
+  async onFailed({ payload, db, volumes }) {
+    try {
+      // A swap cut off half-way puts the old dataset back; a half-received one goes.
+      if (await volumesRepo.byId(db, payload.volumeId)) await volumes.abandonRestore(payload.volumeId);
+    } finally {
+      const vol = await volumesRepo.byId(db, payload.volumeId);
+      if (vol?.state === 'restoring') await volumesRepo.update(db, payload.volumeId, { state: 'ready' });
+    }
   },
 });
 

@@ -38,6 +38,9 @@ export interface BaseHost {
   discardStaged(token: string): Promise<void>;
   /** Destroys base `ref` on this node (refused while box roots depend on it). Idempotent. */
   destroy(ref: BaseRef): Promise<void>;
+  /** Runs a build script as root in a running box (`/bin/sh -c`), its output handed to
+   *  `output` as it comes; answers its exit code (124 when the build timeout killed it). */
+  runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>): Promise<number>;
 }
 
 /** One stream of a restore's chain: where it is and the sha256 it was written with. */
@@ -65,4 +68,6 @@ export interface VolumeHost {
   restore(volumeId: string, chain: BackupStream[], quotaGb: number, token: string): Promise<void>;
   /** A backup that failed for good: its snapshot and partial file go. */
   abandonBackup(volumeId: string, backup: string): Promise<void>;
+  /** A restore that failed for good: the volume as it was before it (docs/data.md). */
+  abandonRestore(volumeId: string): Promise<void>;
 }

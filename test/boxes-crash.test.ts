@@ -169,6 +169,20 @@ t.test('a worker killed at each step of create, fork and delete converges after 
     t.equal((await call('POST', `${P}/crashs/boxes/fromimport/exec`, { command: ['cat', '/root/f'] })).body?.stdout, 'one\n', `a box from it has the files: ${made.text.slice(0, 200)}`);
   });
 
+  t.test('base build', async (t) => {
+    // Killed while the script runs: the retry runs it again in a fresh root from the parent.
+    const script = 'echo once >> /etc/count; echo ran';
+    const started = await dieAt(t, 'base-build:script', () => call('POST', '/v1/base-builds', { base: 'crashbuild', parent: 'busybox', script }));
+    await restart();
+    t.equal((await call('GET', `/v1/operations/${started.opId}/wait?timeout=120`)).body?.status, 'succeeded', 'the build converged');
+    const build = (await call('GET', `/v1/base-builds/${started.box.id}`)).body;
+    t.match(build, { status: 'succeeded', exit_code: 0 });
+    t.equal((await call('GET', `/v1/base-builds/${started.box.id}/logs`)).text, 'ran\n', 'the log of the run that counted, once');
+    t.same((await call('GET', `${P}/base-builds/boxes`)).body.boxes, [], 'no temporary box is left');
+    const made = await call('POST', `${P}/crashb/boxes?wait=120`, { name: 'fb', base: 'crashbuild' });
+    t.equal((await call('POST', `${P}/crashb/boxes/fb/exec`, { command: ['cat', '/etc/count'] })).body?.stdout, 'once\n', `the half-run script left nothing: ${made.text.slice(0, 100)}`);
+  });
+
   t.test('data backup and restore', async (t) => {
     t.equal((await call('POST', '/v1/data', { name: 'crashvol', size_gb: 1 })).status, 201);
     const made = await call('POST', `${P}/crashv/boxes?wait=120`, { name: 'v', data_mounts: [{ name: 'crashvol', path: '/data' }] });

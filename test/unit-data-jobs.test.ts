@@ -24,6 +24,8 @@ import { restoreDataJob } from '../jobs/dataRestore';
 import { MockVolumes } from '../workers/storage/mockVolumes';
 import { backupFiles, VolumeSteps } from '../workers/volumeSteps';
 import { generatedBackupName } from '../domain/volumeData';
+import { reconcileVolumes } from '../workers/reconcileVolumes';
+import type { WorkerContext } from '../workers/context';
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-data-'));
 const backupDir = path.join(dataDir, 'backups');
@@ -104,16 +106,16 @@ t.test('backups: full, then incremental on the newest still on the volume; a ret
   const b = await backup(v.id, 'b');
   await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: b.id }, steps);
   t.match(await volumesRepo.backupById(db, b.id), { status: 'completed', mode: 'incremental', parent: 'a' });
-  // A rollback that took b's snapshot away: the next one is incremental on a.
+  t.notOk(await mock.hasBackupSnapshot(v.id, 'a'), "older backups' snapshots are pruned (they would hold blocks against the quota)");
+  t.ok(await mock.hasBackupSnapshot(v.id, 'b'), "the newest one's stays: the next incremental's base");
+  // A rollback that took b's snapshot away: the next one is full again.
   await mock.dropBackupSnapshot(v.id, 'b');
   const c = await backup(v.id, 'c');
   await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: c.id }, steps);
-  t.match(await volumesRepo.backupById(db, c.id), { mode: 'incremental', parent: 'a' });
-  // None left on the volume: full again.
-  for (const x of ['a', 'c']) await mock.dropBackupSnapshot(v.id, x);
+  t.match(await volumesRepo.backupById(db, c.id), { mode: 'full', parent: null });
   const d = await backup(v.id, 'd');
   await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: d.id }, steps);
-  t.match(await volumesRepo.backupById(db, d.id), { mode: 'full', parent: null });
+  t.match(await volumesRepo.backupById(db, d.id), { mode: 'incremental', parent: 'c' });
 
   // A failure for good: failed with a public reason, its partial file and snapshot gone.
   const e = await backup(v.id, 'e');
@@ -177,4 +179,39 @@ t.test('generated backup names obey the backup name rule', async (t) => {
     t.ok(rule.test(g) && !g.includes('--'), g);
   }
   t.end();
+});
+
+t.test('reconciliation: volumes and backups whose operation was lost come back to a usable state; orphan datasets go', async (t) => {
+  const { mock, steps } = fresh();
+  const ctx = { config: { nodeId: 'n1', backupDir }, db, log, volumes: mock } as unknown as WorkerContext;
+  const made = await volume(mock, steps);
+  const at = now();
+  const row = (id: string, state: 'creating' | 'restoring' | 'deleting') =>
+    volumesRepo.insert(db, { id, name: `rec-${id}`, project: null, node: 'n1', state, quota_gb: 1, description: null, size_bytes: 0, created_by: null, created_at: at, updated_at: at });
+  await row('vreccreating', 'creating');
+  await mock.createVolume('vreccreating', 1);
+  await row('vrecrestoring', 'restoring');
+  await mock.createVolume('vrecrestoring', 1);
+  await row('vrecdeleting', 'deleting');
+  await mock.createVolume('vrecdeleting', 1);
+  await mock.createVolume('vrecorphan', 1);
+  const stuck = await backup(made.id, 'stuck');
+  await volumesRepo.updateBackup(db, stuck.id, { status: 'running', mode: 'full' });
+  await mock.holdForBackup(made.id, 'stuck');
+  const report = await reconcileVolumes(ctx);
+  t.same(report.repairedVolumes.sort(), ['vreccreating', 'vrecdeleting', 'vrecrestoring']);
+  t.same(report.orphanVolumes, ['vrecorphan']);
+  t.ok(report.failedBackups.includes(stuck.id), 'the stuck backup failed');
+  t.equal(await volumesRepo.byId(db, 'vreccreating'), undefined, 'a create that never ended is gone');
+  t.notOk(mock.volumes.has('vreccreating'));
+  t.equal((await volumesRepo.byId(db, 'vrecrestoring'))?.state, 'ready');
+  t.equal((await volumesRepo.byId(db, 'vrecdeleting'))?.state, 'ready', 'a delete can be asked again');
+  t.notOk(mock.volumes.has('vrecorphan'));
+  t.match(await volumesRepo.backupById(db, stuck.id), { status: 'failed', error: /interrupted/ });
+  t.notOk(await mock.hasBackupSnapshot(made.id, 'stuck'));
+  // A volume with an unfinished operation is left to it.
+  await row('vrecbusy', 'creating');
+  await db('operations').insert({ id: newId('op'), kind: 'data.create', status: 'queued', resource: '/v1/data/rec-busy', box_id: 'data:vrecbusy', project: null, node: 'n1', progress: null, error: null, payload: '{}', created_by: null, created_at: at, updated_at: at });
+  await reconcileVolumes(ctx);
+  t.equal((await volumesRepo.byId(db, 'vrecbusy'))?.state, 'creating');
 });

@@ -15,6 +15,8 @@ export interface BaseStepsDeps {
   /** Where uploads wait for their import job (`<data dir>/imports`). */
   stagingDir: string;
   limits: Pick<TarLimits, 'maxUnpackedBytes'>;
+  /** How long a build script may run (BOXHOST_BUILD_TIMEOUT_SECS). */
+  buildTimeoutMs?: number;
 }
 
 /** Test-only seam, as in boxSteps.ts: the process dies at the step BOXHOST_TEST_CRASH_AT names. */
@@ -75,6 +77,36 @@ export class BaseSteps implements BaseHost {
 
   async destroy(ref: BaseRef): Promise<void> {
     await this.d.storage.destroyBase(ref);
+  }
+
+  /** stdout and stderr go to `output` together, in the order they come, a chunk at most every
+   *  quarter second (or 64 KiB), so a chatty script costs a few writes a second. */
+  async runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>): Promise<number> {
+    const proc = await this.d.runtime.execStream(box.id, { command: ['/bin/sh', '-c', script], cwd: '/', timeoutMs: this.d.buildTimeoutMs ?? 3_600_000 });
+    crashPoint('base-build:script');
+    let pending = '';
+    let flushing: Promise<void> = Promise.resolve();
+    const flush = () => {
+      const text = pending;
+      pending = '';
+      flushing = flushing.then(() => output(text)).catch(() => undefined);
+    };
+    const timer = setInterval(() => pending && flush(), 250);
+    const take = (b: Buffer) => {
+      pending += b.toString('utf8');
+      if (pending.length >= 64 * 1024) flush();
+    };
+    proc.stdout.on('data', take);
+    proc.stderr.on('data', take);
+    try {
+      const { exitCode, timedOut } = await proc.exited;
+      if (timedOut) pending += `\n[the build timed out after ${Math.round((this.d.buildTimeoutMs ?? 3_600_000) / 1000)} s]\n`;
+      return exitCode;
+    } finally {
+      clearInterval(timer);
+      flush();
+      await flushing;
+    }
   }
 }
 

@@ -96,6 +96,12 @@ export class BoxSteps implements BoxHost {
     await volumesRepo.dropDetached(this.d.db, box.id);
     if (box.data_mounts.length === 0) return [];
     const rows = await volumesRepo.attachmentsOfBox(this.d.db, box.id);
+    for (const r of rows) {
+      // A restore swaps the dataset: the box waits for it (its job retries) rather than mount
+      // one that is about to be replaced.
+      const vol = await volumesRepo.byId(this.d.db, r.volume_id);
+      if (vol?.state === 'restoring') throw new Error(`data volume ${vol.name} is being restored; the box starts once that is done`);
+    }
     return rows
       .sort((a, b) => a.path.localeCompare(b.path))
       .map((a) => ({ volumeId: a.volume_id, source: this.d.volumes.volumePath(a.volume_id), destination: a.path, readOnly: Boolean(a.read_only) }));

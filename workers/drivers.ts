@@ -161,6 +161,12 @@ export interface VolumeDriver {
   receiveBackups(volumeId: string, files: string[], quotaGb: number, token: string): Promise<void>;
   /** Drops internal backup snapshots no longer wanted (a backup deleted). Idempotent. */
   dropBackupSnapshot(volumeId: string, backup: string): Promise<void>;
+  /** Drops every backup snapshot but `keep`'s (the next incremental's base): the others would
+   *  hold blocks against the quota for nothing, a restore reads the streams. Idempotent. */
+  pruneBackupSnapshots(volumeId: string, keep: string): Promise<void>;
+  /** Undoes a restore cut off for good: the old dataset back in place when the swap was
+   *  half-done, the half-received one destroyed. Idempotent. */
+  abandonRestore(volumeId: string): Promise<void>;
   /** Ids of the volumes in the pool (for reconciliation). */
   listVolumes(): Promise<string[]>;
 }

@@ -4,8 +4,9 @@ import { projectsRepo } from '../db/repos/projects';
 import { repairFor } from '../core/box';
 import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
+import { reconcileVolumes, type VolumeReconcileReport } from './reconcileVolumes';
 
-export interface ReconcileReport {
+export interface ReconcileReport extends VolumeReconcileReport {
   lostOperations: string[];
   restarted: string[];
   stopped: string[];
@@ -24,7 +25,7 @@ export interface ReconcileReport {
  * at all (a create that died before its row was written back, a delete that died after) go.
  */
 export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
-  const report: ReconcileReport = { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [] };
+  const report: ReconcileReport = { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [] };
   // An operation whose job is gone (Redis lost it) or ended without the operation hearing of
   // it (BullMQ gave up on a job that stalled too often) would hold its box's queue forever.
   for (const op of await operationsRepo.unfinishedOnNode(ctx.db, ctx.config.nodeId)) {
@@ -88,6 +89,10 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     await ctx.storage.destroyBoxRoot(id);
     report.orphanRoots.push(id);
   }
+  Object.assign(report, await reconcileVolumes(ctx).catch((e: Error) => {
+    ctx.log.warn({ err: e.message }, 'reconciling data volumes failed');
+    return {};
+  }));
   await ctx.runtime.tidy().catch((e) => ctx.log.warn({ err: (e as Error).message }, 'tidying the runtime failed'));
   const touched = Object.values(report).some((l) => l.length > 0);
   ctx.log[touched ? 'warn' : 'info'](report, 'reconciled host state with the db');

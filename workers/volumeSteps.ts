@@ -73,6 +73,7 @@ export class VolumeSteps implements VolumeHost {
     const manifest = { volume: volumeId, name: b.name, mode: b.parent ? 'incremental' : 'full', parent: b.parent, description: b.description, bytes: sent.bytes, sha256: sent.sha256, written_at: new Date().toISOString() };
     await fs.promises.writeFile(`${files.manifest}.part`, `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
     await fs.promises.rename(`${files.manifest}.part`, files.manifest);
+    await this.d.volumes.pruneBackupSnapshots(volumeId, b.name);
     return sent;
   }
 
@@ -85,6 +86,11 @@ export class VolumeSteps implements VolumeHost {
     }
     crashPoint('data-restore:verified');
     await this.d.volumes.receiveBackups(volumeId, streams.map((s) => s.file), quotaGb, token);
+    await this.d.volumes.pruneBackupSnapshots(volumeId, chain[chain.length - 1].backup);
+  }
+
+  async abandonRestore(volumeId: string): Promise<void> {
+    await this.d.volumes.abandonRestore(volumeId);
   }
 
   async abandonBackup(volumeId: string, backup: string): Promise<void> {

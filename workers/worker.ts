@@ -36,7 +36,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     await publisher.publish(operationsChannel(opts.prefix), id).catch(() => undefined);
   };
 
-  const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport });
+  const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport, buildTimeoutMs: ctx.config.buildTimeoutSecs * 1000 });
   const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir });
 
   /** The context a handler runs with, for the attempt that is starting now. */

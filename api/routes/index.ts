@@ -64,6 +64,9 @@ import createBackup from './data/backupCreate';
 import listBackups from './data/backupList';
 import getBackup from './data/backupGet';
 import restoreVolume from './data/restore';
+import startBaseBuild from './baseBuilds/start';
+import getBaseBuild from './baseBuilds/get';
+import baseBuildLogs from './baseBuilds/logs';
 import listBases from './bases/list';
 import getBase from './bases/get';
 import deleteBase from './bases/delete';
@@ -90,7 +93,7 @@ export const routes: RouteDef[] = [
   createSnapshot, listSnapshots, getSnapshot, restoreSnapshot, deleteSnapshot,
   statFile, listFiles, getFile, putFile, deleteFile,
   createTicket,
-  listBases, importBase, getBase, deleteBase, exportBase, saveBase,
+  listBases, importBase, getBase, deleteBase, exportBase, saveBase, startBaseBuild, getBaseBuild, baseBuildLogs,
   createVolume, listVolumes, getVolume, deleteVolume, attachVolume, detachVolume, createDataSnapshot, listDataSnapshots, deleteDataSnapshot,
   createBackup, listBackups, getBackup, restoreVolume,
   listNodes, getNode, updateNode, deleteNode,

@@ -5,6 +5,7 @@ import type { Base, BaseList, Operation } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
 import { action, Ctx, projectOption } from '../context';
 import { OperationFailed, pollOperation } from '../jobs';
+import { registerUnderBase } from './builds';
 import { formatBytes, formatTime, printFields, printTable, say, transferProgress } from '../output';
 
 const basePath = (spec: string) => `/v1/bases/${encodeURIComponent(spec).replace('%40', '@')}`;
@@ -36,9 +37,10 @@ async function follow(ctx: Ctx, opId: string | undefined, spec: string, what: st
   ctx.show((await ctx.client.get<Base>(basePath(spec))).body, showBase);
 }
 
-/** `box base ls|get|save|import|export|rm` (docs/bases.md). */
+/** `box base ls|get|save|build|import|export|rm` (docs/bases.md). */
 export function register(program: Command): void {
-  const base = program.command('base').description('bases boxes are made from: list, save a box as one, import and export tarballs, delete');
+  const base = program.command('base').description('bases boxes are made from: list, save a box as one, build one, import and export tarballs, delete');
+  registerUnderBase(base);
 
   base.command('ls').alias('list').description('every base version, newest first within a name').action(
     action(async (ctx) => {

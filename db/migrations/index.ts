@@ -8,6 +8,7 @@ import * as m006 from './006_root_limit';
 import * as m007 from './007_publishes';
 import * as m008 from './008_bases';
 import * as m009 from './009_data';
+import * as m010 from './010_base_builds';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -21,6 +22,7 @@ const all: Record<string, Migration> = {
   '007_publishes': m007,
   '008_bases': m008,
   '009_data': m009,
+  '010_base_builds': m010,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -12,7 +12,7 @@ export interface BaseRow extends BaseMeta {
   created_at: string;
   /** `making` while its save or import job runs; `ready` after (db/migrations/008_bases.ts). */
   state: 'making' | 'ready';
-  origin: 'builtin' | 'saved' | 'imported';
+  origin: 'builtin' | 'saved' | 'imported' | 'built';
   /** The owner project of a saved base; null: every project's. */
   project: string | null;
   /** The node whose pool holds it; null: every node makes its own (built-in bases). */
@@ -47,6 +47,7 @@ export const basesRepo = {
   async markReady(db: Db, name: string, version: string, sizeBytes: number): Promise<void> {
     await db<BaseRow>('bases').where({ name, version }).update({ state: 'ready', size_bytes: sizeBytes });
   },
+  update: (db: Db, name: string, version: string, patch: Partial<Pick<BaseRow, 'state' | 'size_bytes'>>) => db<BaseRow>('bases').where({ name, version }).update(patch),
   /** Forgets a version still being made (its job failed for good). */
   async dropMaking(db: Db, name: string, version: string): Promise<void> {
     await db<BaseRow>('bases').where({ name, version, state: 'making' }).delete();

@@ -8,7 +8,8 @@ export interface VolumeRow {
   name: string;
   project: string | null;
   node: string;
-  state: 'creating' | 'ready' | 'deleting';
+  /** `restoring` from the restore's acceptance to its end: no box mounts it meanwhile. */
+  state: 'creating' | 'ready' | 'deleting' | 'restoring';
   quota_gb: number;
   description: string | null;
   size_bytes: number;

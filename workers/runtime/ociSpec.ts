@@ -158,16 +158,20 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     { destination: input.init.kind === 'boxd' ? BOX_BOXD : BOX_TINI, type: 'bind', source: input.init.path, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     { destination: BOX_BUSYBOX, type: 'bind', source: input.busyboxPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
   ];
+  // Data volumes go first: a destination that a symlink in the box leads to /proc, /dev or the
+  // agent's /.boxhost is then covered again by the system's own mounts, made after them.
+  const volumes: OciMount[] = [];
   for (const m of input.mounts) {
     if (!isCleanAbsolute(m.destination) || m.destination === '/') throw new Error(`invalid mount destination ${JSON.stringify(m.destination)}`);
     if (!m.source.startsWith('/')) throw new Error(`mount source must be absolute: ${JSON.stringify(m.source)}`);
-    mounts.push({
+    volumes.push({
       destination: m.destination,
       type: 'bind',
       source: m.source,
       options: ['rbind', 'rprivate', 'nosuid', 'nodev', m.readOnly ? 'ro' : 'rw'],
     });
   }
+  mounts.unshift(...volumes);
 
   const resources: Record<string, unknown> = {
     devices: [{ allow: false, access: 'rwm' }],

@@ -93,6 +93,15 @@ export class MockVolumes extends WithFaults<Method> implements VolumeDriver {
     await this.destroyVolumeSnapshot(id, `_bk-${backup}`);
   }
 
+  async pruneBackupSnapshots(id: string, keep: string): Promise<void> {
+    const v = this.get(id);
+    v.snapshots = v.snapshots.filter((s) => !s.name.startsWith('_bk-') || s.name === `_bk-${keep}`);
+  }
+
+  async abandonRestore(): Promise<void> {
+    this.fault('abandonRestore');
+  }
+
   async sendBackup(id: string, backup: string, parent: string | null, file: string): Promise<BackupStreamInfo> {
     this.fault('sendBackup');
     const snap = this.get(id).snapshots.find((s) => s.name === `_bk-${backup}`);

@@ -19,7 +19,7 @@ import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
 import { CommandError } from '../../core/command';
 import type { BackupStreamInfo, BoxSnapshotInfo, IdMap, VolumeDriver, VolumeInfo } from '../drivers';
-import { DESCRIPTION_PROP, isExists, isMissing, lines, quotaArg, snapName, USER_SNAPSHOT, type ZfsKit } from './zfs';
+import { DESCRIPTION_PROP, isExists, isMissing, lines, quotaArg, snapName, StorageInUseError, USER_SNAPSHOT, type ZfsKit } from './zfs';
 
 const BACKUP_PREFIX = '_bk-';
 const RESTORED_PROP = 'boxhost:restored';
@@ -128,7 +128,7 @@ export class ZfsVolumes implements VolumeDriver {
       const at = all.indexOf(snap);
       if (at < 0) throw new Error(`volume ${id} has no snapshot ${snapshot}`);
       const laterUser = all.slice(at + 1).map(snapName).filter((n) => !n.startsWith('_'));
-      if (laterUser.length > 0) throw new Error(`volume ${id} has snapshots after ${snapshot}: ${laterUser.join(', ')}`);
+      if (laterUser.length > 0) throw new StorageInUseError(`the volume has snapshots taken after ${snapshot}: ${laterUser.join(', ')}`, laterUser);
       await this.k.retryBusy(`zfs rollback ${snap}`, async () => {
         const r = await this.k.zfs(['rollback', '-r', snap], true);
         return r.exitCode === 0 ? null : r;
@@ -153,6 +153,28 @@ export class ZfsVolumes implements VolumeDriver {
 
   async dropBackupSnapshot(id: string, backup: string): Promise<void> {
     await this.k.destroySnapshot(this.backupSnapshot(id, backup));
+  }
+
+  async pruneBackupSnapshots(id: string, keep: string): Promise<void> {
+    checkBackup(keep);
+    const ds = this.dataset(id);
+    for (const snap of await this.k.snapshotsOf(ds)) {
+      const n = snapName(snap);
+      if (n.startsWith(BACKUP_PREFIX) && n !== `${BACKUP_PREFIX}${keep}`) await this.k.destroySnapshot(snap);
+    }
+  }
+
+  async abandonRestore(id: string): Promise<void> {
+    const ds = this.dataset(id);
+    const old = `${this.k.root}/tmp/old-${id}`;
+    await this.k.serialized(async () => {
+      if (!(await this.k.exists(ds)) && (await this.k.exists(old))) {
+        await this.rename(old, ds);
+        await this.k.ensureMounted(ds);
+        await this.k.mountPrivately(this.volumePath(id));
+      }
+      await this.k.destroyDataset(`${this.k.root}/tmp/restore-${id}`);
+    });
   }
 
   /**
@@ -221,17 +243,21 @@ export class ZfsVolumes implements VolumeDriver {
         await this.k.destroyDataset(old);
         return;
       }
-      if (!((await this.k.exists(fresh)) && (await this.k.prop(fresh, RECEIVED_PROP)) === token)) {
-        await this.k.destroyDataset(fresh);
-        for (const [i, f] of files.entries()) await this.receive(fresh, f, i > 0);
-        await this.k.zfs(['set', `${RECEIVED_PROP}=${token}`, fresh]);
+      // Swapped in before the worker died, not yet marked: finish from the rename on.
+      const swapped = (await this.k.exists(ds)) && (await this.k.prop(ds, RECEIVED_PROP)) === token;
+      if (!swapped) {
+        if (!((await this.k.exists(fresh)) && (await this.k.prop(fresh, RECEIVED_PROP)) === token)) {
+          await this.k.destroyDataset(fresh);
+          for (const [i, f] of files.entries()) await this.receive(fresh, f, i > 0);
+          await this.k.zfs(['set', `${RECEIVED_PROP}=${token}`, fresh]);
+        }
+        if (await this.k.exists(ds)) {
+          await this.k.destroyDataset(old);
+          await this.k.zfs(['umount', ds], true);
+          await this.rename(ds, old);
+        }
+        await this.rename(fresh, ds);
       }
-      if (await this.k.exists(ds)) {
-        await this.k.destroyDataset(old);
-        await this.k.zfs(['umount', ds], true);
-        await this.rename(ds, old);
-      }
-      await this.rename(fresh, ds);
       await this.k.zfs(['set', `quota=${quotaArg(quotaGb)}`, ds]);
       await this.k.zfs(['set', `${RESTORED_PROP}=${token}`, ds]);
       await this.k.zfs(['inherit', RECEIVED_PROP, ds], true);

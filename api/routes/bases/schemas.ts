@@ -24,7 +24,7 @@ export const baseSchema = Joi.object({
   version: Joi.string().allow(null).required(),
   created_at: timestamp().required(),
   size_bytes: Joi.number().integer().min(0).required(),
-  origin: Joi.valid('builtin', 'saved', 'imported').description('built in (every node makes it), saved from a box, or imported'),
+  origin: Joi.valid('builtin', 'saved', 'imported', 'built').description('built in (every node makes it), saved from a box, imported, or made by a base build'),
   project: Joi.string().allow(null).description("a saved base's project (only it uses and sees the base); null: every project's"),
   builder: Joi.string().allow(null),
   parent: Joi.string().allow(null),

@@ -1,0 +1,33 @@
+import Joi from 'joi';
+import { defineRoute } from '../../http/route';
+import { name, projectParam } from '../../http/schemas';
+import { operationHeaders } from '../../http/operation';
+import { startBuild } from '../../../domain/baseBuilds';
+import type { StartBaseBuildRequest } from '../../../core/apiTypes';
+import { buildStartSchema } from './schemas';
+
+export default defineRoute<StartBaseBuildRequest>({
+  method: 'post',
+  path: '/v1/base-builds',
+  summary: 'Build a base: run `script` as root in a temporary box from `parent`, save it as `base` (version: first 12 hex of sha256("<parent>@<version>\\n<script>")); a version that exists is cached unless force',
+  tag: 'bases',
+  body: Joi.object({
+    base: name(),
+    parent: Joi.string().max(200).pattern(/^[a-z0-9-]+(@[0-9a-z]{1,64})?$/).messages({ 'string.pattern.base': 'must be a base name or name@version' }),
+    script: Joi.string().max(1024 * 1024),
+    pack: name(),
+    force: Joi.boolean().default(false),
+    project: projectParam.description('where the temporary box runs and whose base it becomes (default: the token\'s first project; a token without a limit: base-builds, and the base is every project\'s)'),
+  }),
+  responses: {
+    202: { description: 'accepted (status queued); a cached build answers status succeeded at once', schema: buildStartSchema },
+    400: { description: 'both forms or neither (pack, or base + parent + script); an unknown parent' },
+    403: { description: 'a project this token cannot reach; a shared base name and a project-limited token' },
+    404: { description: 'the pack form names a pack that is not installed' },
+    409: { description: 'the base name belongs to another project; the version is being made; force while boxes use the version' },
+  },
+  handler: async ({ api, identity, body }) => {
+    const { start, operation } = await startBuild(api, identity, body);
+    return { status: 202, body: start, headers: { ...operationHeaders(operation), Location: `/v1/base-builds/${start.id}` } };
+  },
+});
