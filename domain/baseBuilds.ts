@@ -78,10 +78,11 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
   const at = now();
   const row: BaseBuildRow = {
     id, status: 'queued', base, version, parent: `${parent.name}@${parent.version}`, script, cached: false, force: Boolean(req.force), project, owner,
-    box_id: null, box: null, script_started: false, script_done: false, exit_code: null, error: null, log_bytes: 0, created_by: identity.name, created_at: at, updated_at: at,
+    box_id: null, box: null, script_started: false, script_done: false, reserved: false, replaced: false, exit_code: null, error: null, log_bytes: 0, created_by: identity.name, created_at: at, updated_at: at,
   };
   const existing = await basesRepo.getAny(ctx.db, base, version);
-  if (existing?.state === 'making') throw conflict(`base ${base}@${version} is being made (another build or save of the same inputs); wait for it`);
+  const running = await baseBuildsRepo.active(ctx.db, base, version);
+  if (existing?.state === 'making' || running) throw conflict(`base ${base}@${version} is being made${running ? ` by build ${running.id}` : ''}; wait for it`);
   if (existing && !req.force) {
     const done = { ...row, status: 'succeeded' as const, cached: true };
     const operation = await ctx.db.transaction(async (trx) => {
@@ -106,8 +107,10 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
         builder: 'boxhost', parent: row.parent, parent_alias: parent.name, parent_version: parent.version, script, script_sha256: sha256(script),
       });
       if (!reserved) throw conflict(`base ${base}@${version} is being made; wait for it`);
+    } else if (await baseBuildsRepo.active(trx, base, version)) {
+      throw conflict(`base ${base}@${version} is being built again already; wait for it`);
     }
-    await baseBuildsRepo.insert(trx, row);
+    await baseBuildsRepo.insert(trx, { ...row, reserved: !existing });
   });
   const fail = async (why: string) => {
     await baseBuildsRepo.update(ctx.db, id, { status: 'failed', error: why });
@@ -138,10 +141,16 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
 }
 
 /** The build's log so far; with `follow`, what comes next too, until the build ends. */
+/** A follow ends after this long even if the build has not (the client can ask again). */
+const MAX_FOLLOW_MS = 6 * 3600 * 1000;
+
 export async function buildLog(ctx: DomainContext, identity: Identity, id: string, follow: boolean): Promise<Readable> {
   await getBuild(ctx, identity, id);
   let seq = 0;
-  let stopped = false;
+  const until = Date.now() + MAX_FOLLOW_MS;
+  // The stream is read only through the generator: once destroyed (the client went away), the
+  // loop sees it at its next turn and ends, so no poll outlives its reader.
+  let stream: Readable | undefined;
   async function* chunks() {
     for (;;) {
       const rows = await baseBuildsRepo.logSince(ctx.db, id, seq);
@@ -149,7 +158,7 @@ export async function buildLog(ctx: DomainContext, identity: Identity, id: strin
         seq = r.seq;
         yield r.text;
       }
-      if (!follow || stopped) return;
+      if (!follow || stream?.destroyed || Date.now() > until) return;
       const b = await baseBuildsRepo.get(ctx.db, id);
       if (!b || b.status === 'succeeded' || b.status === 'failed') {
         // What was written between the last read and the end.
@@ -157,11 +166,9 @@ export async function buildLog(ctx: DomainContext, identity: Identity, id: strin
         return;
       }
       await new Promise((r) => setTimeout(r, 300));
+      if (stream?.destroyed) return;
     }
   }
-  const stream = Readable.from(chunks());
-  stream.on('close', () => {
-    stopped = true;
-  });
+  stream = Readable.from(chunks());
   return stream;
 }

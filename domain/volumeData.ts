@@ -8,7 +8,7 @@ import { newId, now } from '../core/ids';
 import { dataJobs } from '../jobs/dataJobs';
 import { toApiSnapshot } from './snapshots';
 import { notReady } from './volumeAttach';
-import { awaitShortJob, enqueueVolumeJob, holdersOf, loadVolume, pendingVolumeOps, showVolumes, volumePath, type Made } from './volumes';
+import { awaitShortJob, DATA_DELETE_WAIT_MS, enqueueVolumeJob, holdersOf, loadVolume, pendingVolumeOps, showVolumes, volumePath, type Made } from './volumes';
 import { VOLUME_HOLDING_STATUSES } from '../core/box';
 
 /**
@@ -55,7 +55,7 @@ export async function deleteDataSnapshot(ctx: DomainContext, identity: Identity,
   if (!snapshots.some((s) => s.name === snapshot)) throw notFound(`snapshot ${snapshot} of data volume ${name}`);
   if ((await queuedOf(ctx, vol, dataJobs.restore.kind)).some((p) => p.snapshot === snapshot)) throw conflict(`data volume ${name} is being restored to ${snapshot}; delete it once that is done`);
   const op = await ctx.db.transaction((trx) => enqueueVolumeJob(ctx, trx, vol, dataJobs.deleteSnapshot.of({ volumeId: vol.id, name: snapshot }), identity));
-  if (await awaitShortJob(ctx, op, `deleting snapshot ${snapshot} of data volume ${name}`)) return { done: null };
+  if (await awaitShortJob(ctx, op, `deleting snapshot ${snapshot} of data volume ${name}`, DATA_DELETE_WAIT_MS)) return { done: null };
   return { accepted: { operation: op, load: async () => null } };
 }
 

@@ -10,7 +10,7 @@ import { projectedStatus, VOLUME_HOLDING_STATUSES } from '../core/box';
 import { dataJobs, volumeTurnKey } from '../jobs/dataJobs';
 import type { JobMessage } from '../jobs/types';
 import type { OperationRow } from '../db/repos/operations';
-import { assertQuota } from './projects';
+import { assertQuota, ensureProject } from './projects';
 import { loadBox, pendingActions, showBox } from './boxes';
 import type { Accepted } from './operations';
 
@@ -22,6 +22,9 @@ import type { Accepted } from './operations';
 
 /** How long the api waits for a short volume job before answering 202 (DESIGN.md §6: 30 s). */
 export const DATA_WAIT_MS = 30_000;
+/** Deletes answer 204 (DESIGN.md §6): they wait longer (a busy dataset is retried for seconds)
+ *  before falling back to 202 + operation. */
+export const DATA_DELETE_WAIT_MS = 120_000;
 
 export const volumePath = (name: string) => `/v1/data/${name}`;
 export const newVolumeId = () => `v${randomId(19)}`;
@@ -98,7 +101,9 @@ export async function awaitShortJob(ctx: DomainContext, op: OperationRow, what: 
   const done = await ctx.queue.waitFor(op.id, ms);
   if (!done || done.status === 'queued' || done.status === 'running') return false;
   if (done.status === 'succeeded') return true;
-  throw new BoxhostError('internal', `${what} failed: ${done.error ?? 'it failed'}`);
+  // Refused at its turn (the volume deleted or changed meanwhile): 409; else the node failed: 500.
+  const refused = /deleted before|was forgotten|being restored|taken after|has no snapshot/.test(done.error ?? '');
+  throw new BoxhostError(refused ? 'conflict' : 'internal', `${what} failed: ${done.error ?? 'it failed'}`);
 }
 
 export type Made<T> = { done: T } | { accepted: Accepted<T> };
@@ -125,7 +130,11 @@ export async function createVolume(ctx: DomainContext, identity: Identity, req: 
   let op: OperationRow;
   try {
     op = await ctx.db.transaction(async (trx) => {
-      if (project !== null) await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: quotaGb, volumes: 1 });
+      if (project !== null) {
+        // The project's row is what the quota check locks: made first, so creates at the edge count in turn.
+        await ensureProject(ctx, trx, project);
+        await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: quotaGb, volumes: 1 });
+      }
       await volumesRepo.insert(trx, row);
       return enqueueVolumeJob(ctx, trx, row, dataJobs.create.of({ volumeId: row.id, quotaGb }), identity);
     });
@@ -159,7 +168,7 @@ export async function deleteVolume(ctx: DomainContext, identity: Identity, name:
     await volumesRepo.update(trx, vol.id, { state: 'deleting' });
     return enqueueVolumeJob(ctx, trx, vol, dataJobs.delete.of({ volumeId: vol.id }), identity);
   });
-  if (await awaitShortJob(ctx, op, `deleting data volume ${name}`)) return { done: null };
+  if (await awaitShortJob(ctx, op, `deleting data volume ${name}`, DATA_DELETE_WAIT_MS)) return { done: null };
   return { accepted: { operation: op, load: async () => null } };
 }
 

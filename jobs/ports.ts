@@ -39,8 +39,8 @@ export interface BaseHost {
   /** Destroys base `ref` on this node (refused while box roots depend on it). Idempotent. */
   destroy(ref: BaseRef): Promise<void>;
   /** Runs a build script as root in a running box (`/bin/sh -c`), its output handed to
-   *  `output` as it comes; answers its exit code (124 when the build timeout killed it). */
-  runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>): Promise<number>;
+   *  `output` as it comes, at most `maxLogBytes` of it (then a note that it was cut). */
+  runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>, maxLogBytes: number): Promise<{ exitCode: number; timedOut: boolean }>;
 }
 
 /** One stream of a restore's chain: where it is and the sha256 it was written with. */

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { StringDecoder } from 'node:string_decoder';
 import path from 'node:path';
 import type { BaseRef } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
@@ -80,28 +81,42 @@ export class BaseSteps implements BaseHost {
   }
 
   /** stdout and stderr go to `output` together, in the order they come, a chunk at most every
-   *  quarter second (or 64 KiB), so a chatty script costs a few writes a second. */
-  async runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>): Promise<number> {
-    const proc = await this.d.runtime.execStream(box.id, { command: ['/bin/sh', '-c', script], cwd: '/', timeoutMs: this.d.buildTimeoutMs ?? 3_600_000 });
+   *  quarter second (or 64 KiB), so a chatty script costs a few writes a second; past
+   *  `maxLogBytes` its output is read and dropped (the script is never blocked on its log). */
+  async runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>, maxLogBytes: number): Promise<{ exitCode: number; timedOut: boolean }> {
+    const timeoutMs = this.d.buildTimeoutMs ?? 3_600_000;
+    const proc = await this.d.runtime.execStream(box.id, { command: ['/bin/sh', '-c', script], cwd: '/', timeoutMs });
     crashPoint('base-build:script');
     let pending = '';
+    let kept = 0;
+    let cut = false;
     let flushing: Promise<void> = Promise.resolve();
     const flush = () => {
       const text = pending;
       pending = '';
-      flushing = flushing.then(() => output(text)).catch(() => undefined);
+      if (text) flushing = flushing.then(() => output(text)).catch(() => undefined);
     };
-    const timer = setInterval(() => pending && flush(), 250);
-    const take = (b: Buffer) => {
-      pending += b.toString('utf8');
-      if (pending.length >= 64 * 1024) flush();
+    const timer = setInterval(flush, 250);
+    const reader = (stream: NodeJS.ReadableStream) => {
+      const decoder = new StringDecoder('utf8');
+      stream.on('data', (b: Buffer) => {
+        if (cut) return;
+        let text = decoder.write(b);
+        if (kept + text.length > maxLogBytes) {
+          text = `${text.slice(0, Math.max(0, maxLogBytes - kept))}\n[the log was cut at ${maxLogBytes} bytes]\n`;
+          cut = true;
+        }
+        kept += text.length;
+        pending += text;
+        if (pending.length >= 64 * 1024) flush();
+      });
     };
-    proc.stdout.on('data', take);
-    proc.stderr.on('data', take);
+    reader(proc.stdout);
+    reader(proc.stderr);
     try {
       const { exitCode, timedOut } = await proc.exited;
-      if (timedOut) pending += `\n[the build timed out after ${Math.round((this.d.buildTimeoutMs ?? 3_600_000) / 1000)} s]\n`;
-      return exitCode;
+      if (timedOut) pending += `\n[the build timed out after ${Math.round(timeoutMs / 1000)} s]\n`;
+      return { exitCode, timedOut };
     } finally {
       clearInterval(timer);
       flush();

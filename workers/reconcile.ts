@@ -5,9 +5,12 @@ import { repairFor } from '../core/box';
 import { publicReason } from '../jobs/publicReason';
 import type { WorkerContext } from './context';
 import { reconcileVolumes, type VolumeReconcileReport } from './reconcileVolumes';
+import { reconcileBuilds } from './reconcileBuilds';
 
 export interface ReconcileReport extends VolumeReconcileReport {
   lostOperations: string[];
+  /** Base builds failed because they could no longer end (reconcileBuilds.ts). */
+  failedBuilds: string[];
   restarted: string[];
   stopped: string[];
   failed: string[];
@@ -25,7 +28,7 @@ export interface ReconcileReport extends VolumeReconcileReport {
  * at all (a create that died before its row was written back, a delete that died after) go.
  */
 export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
-  const report: ReconcileReport = { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [] };
+  const report: ReconcileReport = { lostOperations: [], failedBuilds: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [] };
   // An operation whose job is gone (Redis lost it) or ended without the operation hearing of
   // it (BullMQ gave up on a job that stalled too often) would hold its box's queue forever.
   for (const op of await operationsRepo.unfinishedOnNode(ctx.db, ctx.config.nodeId)) {
@@ -89,6 +92,10 @@ export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
     await ctx.storage.destroyBoxRoot(id);
     report.orphanRoots.push(id);
   }
+  report.failedBuilds = await reconcileBuilds(ctx).catch((e: Error) => {
+    ctx.log.warn({ err: e.message }, 'reconciling base builds failed');
+    return [];
+  });
   Object.assign(report, await reconcileVolumes(ctx).catch((e: Error) => {
     ctx.log.warn({ err: e.message }, 'reconciling data volumes failed');
     return {};

@@ -23,6 +23,10 @@ export async function up(db: Knex): Promise<void> {
     t.string('box').nullable();
     t.boolean('script_started').notNullable().defaultTo(false);
     t.boolean('script_done').notNullable().defaultTo(false);
+    // This build reserved base@version (it did not exist), or destroyed the old one (force):
+    // what its failure may take back.
+    t.boolean('reserved').notNullable().defaultTo(false);
+    t.boolean('replaced').notNullable().defaultTo(false);
     t.integer('exit_code').nullable();
     t.text('error').nullable();
     t.bigInteger('log_bytes').notNullable().defaultTo(0);

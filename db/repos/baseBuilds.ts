@@ -17,6 +17,8 @@ export interface BaseBuildRow {
   box: string | null;
   script_started: boolean | number;
   script_done: boolean | number;
+  reserved: boolean | number;
+  replaced: boolean | number;
   exit_code: number | null;
   error: string | null;
   log_bytes: number | string;
@@ -43,4 +45,6 @@ export const baseBuildsRepo = {
   logSince: async (db: Db, id: string, afterSeq: number): Promise<{ seq: number; text: string }[]> =>
     (await db('base_build_logs').where('build_id', id).where('seq', '>', afterSeq).orderBy('seq').select('seq', 'text')) as { seq: number; text: string }[],
   clearLog: (db: Db, id: string) => db('base_build_logs').where({ build_id: id }).delete(),
+  /** Builds not ended. */
+  unfinished: (db: Db) => db<BaseBuildRow>('base_builds').whereIn('status', ['queued', 'running']),
 };

@@ -47,7 +47,7 @@ export const basesRepo = {
   async markReady(db: Db, name: string, version: string, sizeBytes: number): Promise<void> {
     await db<BaseRow>('bases').where({ name, version }).update({ state: 'ready', size_bytes: sizeBytes });
   },
-  update: (db: Db, name: string, version: string, patch: Partial<Pick<BaseRow, 'state' | 'size_bytes'>>) => db<BaseRow>('bases').where({ name, version }).update(patch),
+  update: (db: Db, name: string, version: string, patch: Partial<Pick<BaseRow, 'state' | 'size_bytes' | 'node'>>) => db<BaseRow>('bases').where({ name, version }).update(patch),
   /** Forgets a version still being made (its job failed for good). */
   async dropMaking(db: Db, name: string, version: string): Promise<void> {
     await db<BaseRow>('bases').where({ name, version, state: 'making' }).delete();
