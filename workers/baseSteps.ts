@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
+import { finished } from 'node:stream/promises';
 import path from 'node:path';
 import type { BaseRef } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
@@ -115,6 +116,8 @@ export class BaseSteps implements BaseHost {
     reader(proc.stderr);
     try {
       const { exitCode, timedOut } = await proc.exited;
+      // Whatever the streams still hold is part of the log.
+      await Promise.all([finished(proc.stdout), finished(proc.stderr)]).catch(() => undefined);
       if (timedOut) pending += `\n[the build timed out after ${Math.round(timeoutMs / 1000)} s]\n`;
       return { exitCode, timedOut };
     } finally {
