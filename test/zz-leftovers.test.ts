@@ -4,7 +4,7 @@ import { run } from '../core/command';
 import { leftoversOf } from './helpers/leftovers';
 
 /**
- * Runs last (tap takes the files in name order, one at a time): the suite claims that no pool,
+ * Runs last (scripts/test.sh ends its serial phase with it): the suite claims that no pool,
  * dataset, container, cgroup, netns, user namespace, bridge, veth, firewall chain, mount,
  * embedded redis-server, data dir or PostgreSQL schema of any test is left on the machine.
  * Here that claim is checked with the host tools, after a positive control shows the check

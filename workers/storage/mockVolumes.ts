@@ -22,7 +22,8 @@ interface MockVolume {
  */
 export class MockVolumes extends WithFaults<Method> implements VolumeDriver {
   readonly volumes = new Map<string, MockVolume>();
-  private readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-mock-volumes-'));
+  /** Where volumes "are mounted": a path only (nothing is made there; the mock keeps no files). */
+  private readonly dir = path.join(os.tmpdir(), 'boxhost-mock-volumes');
 
   private get(id: string): MockVolume {
     const v = this.volumes.get(id);

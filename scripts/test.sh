@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The suite (README: npm test), in two phases to keep it under its time goal on a 2-core host:
+#   1. test files that share no host-wide state, two at a time (each test host has its own data
+#      dir, pool, port, subnet and Redis);
+#   2. the files that do, one at a time: they fill the machine (scale, soak), measure what it
+#      has room for (room), restart the shared zfs-fuse daemon (storage-watchdog), push a box to
+#      its resource limits (hardening-box), and last the check that nothing was left behind.
+# Each phase prints tap's totals; .ci/run adds them up. The exit code is the first failure's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SERIAL=(room hardening-box storage-watchdog soak-short scale zz-leftovers)
+serial=()
+parallel=()
+for f in dist/test/*.test.js; do
+  name=$(basename "$f" .test.js)
+  if [[ " ${SERIAL[*]} " == *" $name "* ]]; then serial+=("$f"); else parallel+=("$f"); fi
+done
+# zz-leftovers last, after the others of its phase (name order keeps it so).
+TAP=(npx tap --disable-coverage --timeout=900)
+"${TAP[@]}" --jobs="${BOXHOST_TEST_JOBS:-2}" "${parallel[@]}"
+rc1=$?
+"${TAP[@]}" --jobs=1 "${serial[@]}"
+rc2=$?
+if [ "$rc1" -ne 0 ]; then exit "$rc1"; fi
+exit "$rc2"
