@@ -615,7 +615,8 @@ async function main(): Promise<number> {
       if (BACKUP_RUNS > 0) {
         profiler.phase = 'backup';
         checkpoint();
-        const b = await benchBackup({ api: api!, project: PROJECT, zfsRoot: storage.root, mb: BACKUP_MB, runs: BACKUP_RUNS, progress });
+        const datasetOf = async (volume: string) => `${storage.root}/data/${((await host!.db('data_volumes').where({ name: volume }).first()) as { id: string }).id}`;
+        const b = await benchBackup({ api: api!, project: PROJECT, datasetOf, mb: BACKUP_MB, runs: BACKUP_RUNS, progress });
         const mbps = (ms: number) => round1(b.bytes / (1024 * 1024) / (ms / 1000));
         figures.push(figure(`full backup of a ${BACKUP_MB} MiB volume vs zfs send > file (${BACKUP_RUNS} each)`, b.api, b.raw, 'zfs send > file', TARGETS.backup));
         const f = figures[figures.length - 1];
