@@ -89,7 +89,11 @@ export const volumesRepo = {
     return lingering ? q.update({ detached: true }) : q.delete();
   },
   /** A box started or stopped: volumes detached from it while it ran are no longer mounted. */
-  dropDetached: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: true }).delete(),
+  async dropDetached(db: Db, boxId: string): Promise<void> {
+    // A read first: on the start and stop path of every box, most of which have none.
+    if (!(await db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: true }).first())) return;
+    await db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: true }).delete();
+  },
 
   backups: (db: Db, volumeId: string) => db<BackupRow>('data_backups').where({ volume_id: volumeId }).orderBy([{ column: 'created_at' }, { column: 'id' }]),
   backup: (db: Db, volumeId: string, name: string) => db<BackupRow>('data_backups').where({ volume_id: volumeId, name }).first(),
