@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,7 +12,7 @@ import { nowMs } from './stats';
  * against `zfs snapshot` + `zfs send > file` of the same data run by hand. Each volume holds `mb` MiB of random data
  * written in a box; one full backup per volume (a second would be incremental).
  */
-export async function benchBackup(opts: { api: Api; project: string; datasetOf: (volume: string) => Promise<string>; mb: number; runs: number; progress: (m: string) => void }): Promise<{ api: number[]; raw: number[]; bytes: number }> {
+export async function benchBackup(opts: { api: Api; project: string; datasetOf: (volume: string) => Promise<string>; mb: number; runs: number; progress: (m: string) => void }): Promise<{ api: number[]; raw: number[]; durable: number[]; bytes: number }> {
   const { api, project, mb, runs } = opts;
   const names = Array.from({ length: runs }, (_, i) => `bench-vol-${i}`);
   for (const name of names) {
@@ -29,6 +30,8 @@ export async function benchBackup(opts: { api: Api; project: string; datasetOf: 
 
   const apiMs: number[] = [];
   const rawMs: number[] = [];
+  /** The floor plus what a backup promises beyond it: the file on disk (fsync) and its sha256. */
+  const durableMs: number[] = [];
   let bytes = 0;
   const scratch = fs.mkdtempSync(path.join(os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir(), 'bench-send-'));
   try {
@@ -51,6 +54,17 @@ export async function benchBackup(opts: { api: Api; project: string; datasetOf: 
         await sendToFile(`${ds}@rawbench`, file);
         rawMs.push(nowMs() - t1);
         fs.rmSync(file, { force: true });
+        const t2 = nowMs();
+        await zfsLines(['snapshot', `${ds}@rawbench2`]);
+        await sendToFile(`${ds}@rawbench2`, file);
+        const fd = fs.openSync(file, 'r');
+        fs.fsyncSync(fd);
+        fs.closeSync(fd);
+        const hash = crypto.createHash('sha256');
+        for await (const chunk of fs.createReadStream(file, { highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer);
+        hash.digest('hex');
+        durableMs.push(nowMs() - t2);
+        fs.rmSync(file, { force: true });
       };
       if (i % 2 === 0) {
         await api1();
@@ -65,7 +79,7 @@ export async function benchBackup(opts: { api: Api; project: string; datasetOf: 
     await api.call('DELETE', `/v1/projects/${project}/boxes/bench-backup?wait=120`);
     for (const name of names) await api.call('DELETE', `/v1/data/${name}`);
   }
-  return { api: apiMs, raw: rawMs, bytes };
+  return { api: apiMs, raw: rawMs, durable: durableMs, bytes };
 }
 
 function zfsLines(args: string[]): Promise<string[]> {

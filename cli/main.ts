@@ -18,8 +18,9 @@ import * as snapshots from './commands/snapshots';
 import * as bases from './commands/bases';
 import * as data from './commands/data';
 import * as builds from './commands/builds';
+import * as packs from './commands/packs';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, packs, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

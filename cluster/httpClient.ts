@@ -325,6 +325,8 @@ export class HttpNodeClient implements NodeClient {
       // Only an exec answers its headers before its outcome; for the other calls the
       // headers come with the answer, and only the whole call's time counts (see 'socket').
       let ack: NodeJS.Timeout | undefined;
+      /** Bumped when the socket connects and when the headers arrive (what `ack` waits for). */
+      let progress = 0;
       const total = setTimeout(() => fail(unavailable(`node ${this.nodeId} did not finish the call within ${Math.round(opts.totalMs / 1000)} s`)), opts.totalMs);
       const req = mod.request(
         url,
@@ -337,6 +339,7 @@ export class HttpNodeClient implements NodeClient {
           },
         },
         (res) => {
+          progress++;
           clearTimeout(ack);
           const chunks: Buffer[] = [];
           let size = 0;
@@ -379,8 +382,15 @@ export class HttpNodeClient implements NodeClient {
       // vanished drops packets; the kernel would wait minutes). Once connected, an exec's node
       // must send its headers within the same time, or it is hung.
       req.on('socket', (sock) => {
-        const silent = (what: string) => () => fail(unavailable(`node ${this.nodeId} did not ${what} within ${ACK_TIMEOUT_MS / 1000} s`));
+        // A loop that was busy (this process serving the node too, a large answer being encoded)
+        // may hold the very event the timer waited for: it is looked for once more after the
+        // poll phase (setImmediate runs after pending I/O) before the node is called silent.
+        const silent = (what: string) => () => {
+          const seen = progress;
+          setImmediate(() => progress === seen && fail(unavailable(`node ${this.nodeId} did not ${what} within ${ACK_TIMEOUT_MS / 1000} s`)));
+        };
         const afterConnect = () => {
+          progress++;
           clearTimeout(ack);
           ack = opts.envelope ? setTimeout(silent('answer'), ACK_TIMEOUT_MS) : undefined;
         };

@@ -374,7 +374,9 @@ export interface CreateDataBackupRequest {
   description?: string | null;
 }
 
-export type RestoreDataRequest = { snapshot: string } | { backup: string };
+/** `node` (with `backup` only): restore the backup on that node, which then holds the volume
+ *  (docs/data.md "Moving a volume to another node"). */
+export type RestoreDataRequest = { snapshot: string } | { backup: string; node?: string };
 
 // ------------------------------------------------------------------ base builds (docs/bases.md "Builds")
 
@@ -410,3 +412,98 @@ export interface BaseBuild {
   box: string | null;
   exit_code: number | null;
 }
+
+// ------------------------------------------------------------------ packs (docs/packs.md)
+
+export interface PackVerb {
+  command: string[];
+  description?: string;
+  /** The names of the variables a run may set (others → 400). */
+  env?: string[];
+}
+
+/** One revision of a pack, as a manifest gives it. */
+export interface PackRevisionSpec {
+  base: string;
+  parent: string;
+  script: string;
+  services?: ServiceStartRequest[];
+  verbs?: Record<string, PackVerb>;
+  outputs?: Record<string, string>;
+}
+
+/** What `POST /v1/packs` takes (JSON or YAML). */
+export interface PackManifest {
+  name: string;
+  description?: string | null;
+  revisions: Record<string, PackRevisionSpec>;
+  default_rev: string;
+}
+
+/** A revision as a pack shows it: its label's content and the content's hash (`rev`). */
+export interface PackRevision extends PackRevisionSpec {
+  rev: string;
+}
+
+export interface Pack {
+  name: string;
+  description: string | null;
+  /** The installed manifest's content hash: the same content installed again keeps it. */
+  rev: string;
+  /** The label of the default revision (its hash is `revisions[default_rev].rev`). */
+  default_rev: string;
+  revisions: Record<string, PackRevision>;
+  instances: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface RunVerbRequest {
+  args?: string[];
+  env?: Record<string, string>;
+}
+
+export type VerbResult = ExecResult & { event_id: string };
+
+/** The spec's pack verb-execution event. */
+export interface PackEvent {
+  id: string;
+  ts: string;
+  pack: string;
+  rev: string;
+  verb: string;
+  args: string[];
+  env_set: string[];
+  box_name: string;
+  project: string;
+  who: string;
+  outcome: 'success' | 'failure' | 'error';
+  duration_ms: number;
+  error?: string;
+  exit_code?: number;
+}
+
+export interface EventList {
+  events: PackEvent[];
+  has_more: boolean;
+  next_continuation_token: string | null;
+}
+
+/** A box lifecycle transition, as the event stream sends it (docs/packs.md "Events"). */
+export interface BoxEvent {
+  id: string;
+  ts: string;
+  kind: 'box.created' | 'box.stopped' | 'box.resumed' | 'box.deleted' | 'box.restored' | 'box.failed' | 'box.published';
+  project: string;
+  box_name: string;
+  who: string;
+  /** `error` for box.failed. */
+  outcome: 'success' | 'error';
+  /** From the operation's acceptance to the transition (0 where none, a publish). */
+  duration_ms: number;
+  pack?: string;
+  rev?: string;
+  error?: string;
+}
+
+export const BOX_EVENT_KINDS: BoxEvent['kind'][] = ['box.created', 'box.stopped', 'box.resumed', 'box.deleted', 'box.restored', 'box.failed', 'box.published'];

@@ -108,3 +108,6 @@ export type RootSource =
   | { kind: 'base'; base: BaseRef }
   /** A fork: the source box's root at `snapshot` (a box snapshot name) or, when absent, as it is now. */
   | { kind: 'box'; boxId: string; snapshot?: string };
+
+/** The tag a base build's temporary box carries (its build id), for people listing boxes. */
+export const BUILD_BOX_TAG = 'boxhost.build';

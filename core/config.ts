@@ -23,6 +23,8 @@ export interface Config {
   /** Prefix length of each project's block of `boxSubnet` (core/netblocks.ts). */
   projectPrefix: number;
   boxOutbound: boolean;
+  /** BOXHOST_BUILD_SOURCES: a base build's box reaches the node's Debian package sources (through the node's proxy) while its script runs. */
+  buildSources: boolean;
   defaultBase: string;
   oidc: { issuer?: string; clientId?: string; clientSecret?: string };
   importLimitBytes: number;
@@ -77,6 +79,9 @@ export interface Config {
   backupsPerVolume: number;
   /** How long a base build's script may run (BOXHOST_BUILD_TIMEOUT_SECS; 3600). */
   buildTimeoutSecs: number;
+  /** Files or directories of apt sources the `debian` base is made from (BOXHOST_DEBIAN_SOURCES,
+   *  comma separated; empty: the node's own /etc/apt/sources.list and sources.list.d). */
+  debianSources: string[];
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
@@ -109,6 +114,7 @@ const envSchema = Joi.object({
     return v < min || v > MAX_PROJECT_PREFIX ? h.message({ custom: `must be from ${min} (the prefix of BOXHOST_BOX_SUBNET) to ${MAX_PROJECT_PREFIX}` }) : v;
   }).optional(),
   BOXHOST_BOX_OUTBOUND: Joi.boolean().truthy('1').falsy('0').default(false),
+  BOXHOST_BUILD_SOURCES: Joi.boolean().truthy('1').falsy('0').default(true),
   BOXHOST_DEFAULT_BASE: Joi.string().default('busybox'),
   BOXHOST_OIDC_ISSUER: Joi.string().uri().optional(),
   BOXHOST_OIDC_CLIENT_ID: Joi.string().optional(),
@@ -147,6 +153,7 @@ const envSchema = Joi.object({
   BOXHOST_DATA_DEFAULT_GB: Joi.number().integer().min(1).max(16384).default(10),
   BOXHOST_BACKUPS_MAX_PER_VOLUME: Joi.number().integer().min(1).max(100000).default(100),
   BOXHOST_BUILD_TIMEOUT_SECS: Joi.number().integer().min(1).max(86400).default(3600),
+  BOXHOST_DEBIAN_SOURCES: Joi.string().allow(''),
   BOXHOST_RATE_LIMIT_RPS: Joi.number().min(0.1).max(100000).default(50),
   BOXHOST_RATE_LIMIT_BURST: Joi.number().integer().min(1).max(1000000).default(200),
   BOXHOST_EXEC_MAX_PER_BOX: Joi.number().integer().min(1).max(100000).default(32),
@@ -189,6 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     boxSubnet: value.BOXHOST_BOX_SUBNET,
     projectPrefix: value.BOXHOST_PROJECT_PREFIX ?? defaultProjectPrefix(value.BOXHOST_BOX_SUBNET),
     boxOutbound: value.BOXHOST_BOX_OUTBOUND,
+    buildSources: value.BOXHOST_BUILD_SOURCES,
     defaultBase: value.BOXHOST_DEFAULT_BASE,
     oidc: {
       issuer: value.BOXHOST_OIDC_ISSUER,
@@ -227,6 +235,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     backupDir: value.BOXHOST_BACKUP_DIR ? path.resolve(value.BOXHOST_BACKUP_DIR) : path.join(dataDir, 'backups'),
     dataDefaultGb: value.BOXHOST_DATA_DEFAULT_GB,
     buildTimeoutSecs: value.BOXHOST_BUILD_TIMEOUT_SECS,
+    debianSources: String(value.BOXHOST_DEBIAN_SOURCES ?? '').split(',').map((s) => s.trim()).filter(Boolean).map((s) => path.resolve(s)),
     backupsPerVolume: value.BOXHOST_BACKUPS_MAX_PER_VOLUME,
     baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),

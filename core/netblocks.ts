@@ -35,6 +35,20 @@ export function parseIpv4(s: string): number | null {
   return octets.reduce((acc, o) => acc * 256 + o, 0);
 }
 
+/** Link-local addresses (cloud metadata services among them): never reached from a box. */
+export const LINK_LOCAL = '169.254.0.0/16';
+
+/** Whether an IPv4 address lies in `cidr` (`a.b.c.d/n`, or a bare address as /32). */
+export function inCidr(address: string, cidr: string): boolean {
+  const [base, bits = '32'] = cidr.split('/');
+  const a = parseIpv4(address);
+  const b = parseIpv4(base);
+  const prefix = Number(bits);
+  if (a === null || b === null || !(prefix >= 0 && prefix <= 32)) return false;
+  const size = 2 ** (32 - prefix);
+  return Math.floor(a / size) === Math.floor(b / size);
+}
+
 export const formatIpv4 = (n: number): string => [24, 16, 8, 0].map((shift) => Math.floor(n / 2 ** shift) % 256).join('.');
 
 /** A parsed, aligned IPv4 network. */
@@ -132,6 +146,14 @@ export class NetLayout {
     if (a === null || !this.has(index)) return false;
     const first = this.first(index);
     return a >= first + 2 && a <= first + this.blockSize - 2;
+  }
+
+  /** The block `address` lies in (null outside the subnet). */
+  indexOf(address: string): number | null {
+    const a = parseIpv4(address);
+    if (a === null || !this.inSubnet(address)) return null;
+    const index = Math.floor((a - this.base) / this.blockSize);
+    return this.has(index) ? index : null;
   }
 
   /** Whether `address` lies anywhere in the box subnet. */

@@ -7,11 +7,13 @@ import { boxesRepo } from '../db/repos/boxes';
 import type { OperationRow } from '../db/repos/operations';
 import { BoxhostError, conflict, forbidden, invalid, invalidField, notFound } from '../core/errors';
 import { newId, now, sha256 } from '../core/ids';
+import { BUILD_BOX_TAG } from '../core/box';
 import { baseJobs } from '../jobs/baseJobs';
 import { canSeeProject } from './access';
 import { resolveBase } from './baseResolve';
 import { assertNameFree, assertRoomForBase, buildVersion } from './bases';
 import { changeBoxState, createBox } from './boxes';
+import { defaultRevision } from './packs';
 
 /**
  * Base builds (docs/bases.md "Builds"): the script runs in a temporary box made from the parent
@@ -53,8 +55,8 @@ export interface BuildStarted {
 
 /**
  * Starts a build (202 + operation; a cached one answers `succeeded` at once). Exactly one of
- * `pack` and the triple `base` + `parent` + `script` (else 400); packs do not exist yet, so the
- * pack form is a 404 naming the pack.
+ * `pack` and the triple `base` + `parent` + `script` (else 400); the pack form takes the triple
+ * from the pack's default revision (404 for a pack that is not installed).
  */
 export async function startBuild(ctx: DomainContext, identity: Identity, req: StartBaseBuildRequest): Promise<BuildStarted> {
   const triple = [req.base, req.parent, req.script].filter((v) => v !== undefined && v !== null).length;
@@ -63,14 +65,18 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
       { field: req.pack ? 'pack' : 'base', issue: 'exactly one of pack and the base/parent/script triple must be set' },
     ]);
   }
-  if (req.pack) throw notFound(`pack ${req.pack} (no pack is installed)`);
-  const base = req.base!;
-  const script = req.script!;
+  // The pack form: base, parent and script of the pack's default revision (docs/packs.md); its
+  // base is every project's, as the pack is.
+  const form = req.pack ? (await defaultRevision(ctx, req.pack)).spec : { base: req.base!, parent: req.parent!, script: req.script! };
+  const base = form.base;
+  const script = form.script;
   if (identity.projects !== null && req.project && !identity.projects.includes(req.project)) throw forbidden(`this token cannot build in project ${req.project}`);
-  const owner = req.project ?? identity.projects?.[0] ?? null;
-  const project = owner ?? BUILD_PROJECT;
-  const parent = await resolveBase(ctx, identity, req.parent!, project);
-  if (!parent) throw invalidField('parent', `base ${req.parent} does not exist`);
+  const owner = req.pack ? null : (req.project ?? identity.projects?.[0] ?? null);
+  const project = req.project ?? identity.projects?.[0] ?? BUILD_PROJECT;
+  const parent = await resolveBase(ctx, identity, form.parent, project);
+  if (!parent) throw invalidField(req.pack ? 'pack' : 'parent', `base ${form.parent}${req.pack ? ` (the parent of pack ${req.pack})` : ''} does not exist`);
+  // A pack's base is every project's: it is built only from what every project sees.
+  if (req.pack && parent.project !== null) throw invalidField('pack', `the parent of pack ${req.pack}, ${form.parent}, is a base of project ${parent.project}; a pack builds from a base every project sees`);
   const version = buildVersion(parent.name, parent.version, script);
   await assertNameFree(ctx.db, identity, base, owner);
 
@@ -120,7 +126,7 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
   const boxName = `build-${id.slice(-8)}`;
   let boxId: string;
   try {
-    const made = await createBox(ctx, identity, project, { name: boxName, base: row.parent, tags: { 'boxhost.build': id } });
+    const made = await createBox(ctx, identity, project, { name: boxName, base: row.parent, tags: { [BUILD_BOX_TAG]: id } });
     boxId = made.operation.box_id!;
   } catch (e) {
     await fail(`its temporary box could not be made: ${(e as Error).message}`);

@@ -9,6 +9,8 @@ import { canSnapshot, projectedStatus } from '../core/box';
 import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
 import { baseJobs } from '../jobs/baseJobs';
 import { resolveBase, visible } from './baseResolve';
+import { unmadeRecipes } from './recipeBases';
+import { recipeNamed } from '../core/recipeBases';
 import { loadBox, pendingActions } from './boxes';
 import type { Accepted } from './operations';
 
@@ -36,7 +38,9 @@ export const toApiBase = (r: BaseRow): Base => ({
 });
 
 export async function listBases(ctx: DomainContext, identity: Identity): Promise<Base[]> {
-  return (await basesRepo.list(ctx.db)).filter((r) => visible(identity, r)).map(toApiBase);
+  const made = await basesRepo.list(ctx.db);
+  // By name, newest first within one (an unmade recipe version is the newest of its name).
+  return [...unmadeRecipes(made), ...made].filter((r) => visible(identity, r)).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)).map(toApiBase);
 }
 
 export async function getBase(ctx: DomainContext, identity: Identity, spec: string): Promise<Base> {
@@ -63,6 +67,7 @@ export async function assertRoomForBase(db: DomainContext['db'], max: number, ow
 }
 
 export async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
+  if (recipeNamed(name)) throw conflict(`base name ${name} is a built-in base's; pick another name`);
   const any = await basesRepo.anyOf(db, name);
   if (!any) return;
   if (any.origin === 'builtin') throw conflict(`base name ${name} is a built-in base's; pick another name`);
@@ -173,7 +178,16 @@ export async function exportBase(ctx: DomainContext, identity: Identity, spec: s
   const row = await resolveBase(ctx, identity, spec);
   if (!row) throw notFound(`base ${spec}`);
   const node = await holderOf(ctx, row);
-  return { base: toApiBase(row), data: await node.exportBase({ name: row.name, version: row.version }) };
+  const ref = { name: row.name, version: row.version };
+  try {
+    return { base: toApiBase(row), data: await node.exportBase(ref) };
+  } catch (e) {
+    // A recipe base is made per node, on first use: the node asked may not have made it yet.
+    if (recipeNamed(row.name) && e instanceof BoxhostError && e.code === 'not_found') {
+      throw conflict(`base ${row.name}@${row.version} is not made on node ${node.nodeId} yet; make it there first (box base build ${row.name} --node ${node.nodeId}, or POST /v1/bases/${row.name}/build {"node": "${node.nodeId}"})`);
+    }
+    throw e;
+  }
 }
 
 /**
@@ -184,6 +198,7 @@ export async function exportBase(ctx: DomainContext, identity: Identity, spec: s
 export async function deleteBase(ctx: DomainContext, identity: Identity, spec: string): Promise<void> {
   const [name, version] = spec.split('@');
   const rows = (version ? [await basesRepo.getAny(ctx.db, name, version)] : await ctx.db<BaseRow>('bases').where({ name })).filter((r): r is BaseRow => r !== undefined && visible(identity, r));
+  if (recipeNamed(name) && (rows.length > 0 || (await resolveBase(ctx, identity, spec)))) throw conflict(`base ${name} is built in (every node makes it); it cannot be deleted`);
   if (rows.length === 0) throw notFound(`base ${spec}`);
   if (rows.some((r) => r.origin === 'builtin')) throw conflict(`base ${name} is built in (every node makes it); it cannot be deleted`);
   if (rows.some((r) => r.project === null) && identity.projects !== null) throw forbidden(`base ${name} is shared by every project; only a token without a project limit can delete it`);

@@ -10,6 +10,9 @@ import { publishesRepo } from '../db/repos/publishes';
 import { toPublish, urlSettings } from './publishView';
 import { isUniqueViolation } from '../db/errors';
 import { boxActionOf, boxJobs } from '../jobs/boxJobs';
+import { packJobs } from '../jobs/packServices';
+import { packsRepo } from '../db/repos/packs';
+import { putPublish, type PublishRequest } from './publishes';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
@@ -117,16 +120,24 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
 
 const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: c.storage_gb });
 
-/** The create rules of the spec that need more than the schema. */
+/** The create rules of the spec that need more than the schema (pack, lifecycle and env_from
+ *  are domain/instances.ts's, which resolves them before it calls createBox). */
 function checkCreateRules(req: CreateBoxRequest) {
-  if (req.lifecycle !== undefined && req.lifecycle !== null) {
-    if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
-    if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
-  }
-  // Packs come with their own issue; until then none is installed.
-  if (req.pack) throw invalidField('pack', `pack ${req.pack} is not installed`);
-  for (const [i, e] of (req.env_from ?? []).entries()) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
   if (req.fork && req.base) throw invalidField('fork', 'give base or fork, not both');
+}
+
+/** What makes a box a pack instance (domain/instances.ts): recorded on its row. */
+export interface InstanceOf {
+  pack: string;
+  pack_rev: string;
+  lifecycle: 'dev' | 'deploy' | null;
+  /** Its base is being built on `node`: the box goes there, and its create job waits for it. */
+  pendingBase?: { name: string; version: string; node: string };
+  /** Its revision has services: a job that starts them is queued behind the create, and that is
+   *  the operation the create answers with (so `?wait` waits for their ready gates too). */
+  services?: boolean;
+  /** Their publishes, written with the box (the proxy answers 502 until a service listens). */
+  publishes?: PublishRequest[];
 }
 
 /** The state-machine actions queued or running on a box, in arrival order. */
@@ -137,7 +148,7 @@ export const pendingActions = async (db: DomainContext['db'], boxId: string): Pr
 export const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], box: BoxRecord, msg: JobMessage<P>, identity: Identity) =>
   ctx.queue.enqueue(trx, msg, { resource: boxPath(box.project, box.name), node: box.node, project: box.project, boxId: box.id, createdBy: identity.name });
 
-export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
+export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest, instance?: InstanceOf): Promise<Accepted<Box>> {
   if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
   checkCreateRules(req);
   if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
@@ -159,7 +170,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   } else {
     config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
     const spec = req.base ?? ctx.config.defaultBase;
-    const row = await resolveBase(ctx, identity, spec, project);
+    const pending = instance?.pendingBase;
+    const row = pending ? { name: pending.name, version: pending.version, node: pending.node } : await resolveBase(ctx, identity, spec, project);
     if (!row) throw invalidField('base', `base ${spec} does not exist`);
     source = { kind: 'base', base: { name: row.name, version: row.version } };
     base = `${row.name}@${row.version}`;
@@ -192,9 +204,9 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     environment: req.environment ?? {},
     tags: req.tags ?? {},
     data_mounts: [],
-    lifecycle: null,
-    pack: null,
-    pack_rev: null,
+    lifecycle: instance?.lifecycle ?? null,
+    pack: instance?.pack ?? null,
+    pack_rev: instance?.pack_rev ?? null,
     rollback_to: null,
     termination_grace_period_seconds: 10,
     url_settings: null,
@@ -219,8 +231,12 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
         checkAttach(vol, box, v.mount.path, `data_mounts.${i}.path`);
         box.data_mounts = await recordAttach(ctx, trx, vol, box, v.mount, { quotaChecked: true });
       }
+      // An instance's pack, locked: a delete of it waits for this insert and then sees the instance.
+      if (instance && !(await packsRepo.lock(trx, instance.pack))) throw invalidField('pack', `pack ${instance.pack} is not installed`);
       await boxesRepo.insert(trx, box);
-      return enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
+      const created = await enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
+      for (const p of instance?.publishes ?? []) await putPublish({ db: trx, config: ctx.config }, box, p);
+      return instance?.services ? enqueueBoxJob(ctx, trx, box, packJobs.services.of({ boxId: box.id }), identity) : created;
     });
     return { operation, load: reload(ctx, box.id) };
   } catch (e) {

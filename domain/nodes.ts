@@ -199,6 +199,19 @@ export class NodeDirectory {
     if (shortOf(row, c, need).length) throw noRoom(`node ${id}`, [[row, c]], need);
   }
 
+  /** 404/409/503/507 unless node `id` may take new work of `need` now: registered, `active`, up,
+   *  its storage answering, with room (a volume moved there). */
+  async assertCanTake(id: string, need: Need): Promise<void> {
+    const row = (await this.rows()).find((r) => r.id === id);
+    if (!row && !this.local.has(id)) throw notFound(`node ${id}`);
+    const reason = this.downReason(id, row);
+    if (reason) throw unavailable(reason);
+    if (!row) return;
+    if (row.state !== 'active') throw conflict(`node ${id} is ${row.state}: it takes no new work`);
+    if (row.storage !== 'ok') throw unavailable(`node ${id}'s storage is failing`);
+    await this.assertRoom(id, need);
+  }
+
   /**
    * The box-roots limit again, inside the transaction that inserts a new box on node `id`, its
    * row locked (FOR UPDATE on Postgres; a sqlite write transaction is exclusive already): the
@@ -269,13 +282,21 @@ export class NodeDirectory {
     if (n.committed.boxes > 0 && !opts.force) {
       throw conflict(`node ${id} still holds ${n.committed.boxes} boxes; delete them, or force the removal of a node that is gone for good (its boxes are then lost)`);
     }
-    const volumes = (await this.db('data_volumes').where({ node: id }).select('id', 'name')) as { id: string; name: string }[];
+    // A volume being moved off it (a restore queued on another node) is not lost with it.
+    const leaving = new Set(((await this.db('operations').where({ kind: 'data.restore' }).whereNot({ node: id }).whereIn('status', ['queued', 'running']).select('payload')) as { payload: string }[])
+      .map((o) => (JSON.parse(o.payload) as { volumeId?: string }).volumeId));
+    const volumes = ((await this.db('data_volumes').where({ node: id }).select('id', 'name')) as { id: string; name: string }[]).filter((v) => !leaving.has(v.id));
     if (volumes.length > 0 && !opts.force) {
-      throw conflict(`node ${id} still holds data volumes ${volumes.map((v) => v.name).join(', ')}; delete them, or force the removal of a node that is gone for good (they are then lost)`);
+      throw conflict(`node ${id} still holds data volumes ${volumes.map((v) => v.name).join(', ')}; move them to another node (restore a backup there: POST /v1/data/{name}/restore with backup and node), delete them, or force the removal of a node that is gone for good (they are then lost)`);
     }
     await this.db.transaction(async (trx) => {
       // Volumes of a node gone for good are lost with it (their backups' files stay in the backup directory).
       for (const v of volumes) await volumesRepo.remove(trx, v.id);
+      await trx('data_evictions').where({ node: id }).delete();
+      // A move to this node that never ran leaves its volume `restoring` elsewhere: usable again.
+      const moves = (await trx('operations').where({ node: id, kind: 'data.restore' }).whereIn('status', ['queued', 'running']).select('payload')) as { payload: string }[];
+      const moving = moves.map((m) => (JSON.parse(m.payload) as { volumeId?: string }).volumeId).filter((v): v is string => typeof v === 'string');
+      if (moving.length > 0) await trx('data_volumes').whereIn('id', moving).where({ state: 'restoring' }).update({ state: 'ready' });
       await boxesRepo.failOnNode(trx, id, `node ${id} was removed while down: this box is lost; delete it`);
       await operationsRepo.failOnNode(trx, id, `lost: node ${id} was removed`);
       await nodesRepo.remove(trx, id);

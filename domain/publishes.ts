@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { recordBoxEvent } from '../jobs/boxEvents';
 import type { Publish } from '../core/apiTypes';
 import { conflict, invalidField, notFound } from '../core/errors';
 import { now } from '../core/ids';
@@ -34,6 +35,8 @@ export interface PublishRequest {
   force?: boolean;
   /** Set for a service's publish. */
   service?: string;
+  /** Who asked (the token's name), for the box.published event. */
+  who?: string;
 }
 
 /**
@@ -81,8 +84,9 @@ export async function putPublish(ctx: Pick<DomainContext, 'db' | 'config'>, box:
       throw e;
     }
     return { publish: toPublish(ctx.config, row), replaced: Boolean(taken || earlier), gone: [taken?.host, earlier?.host] };
-  }).then(({ gone, ...out }) => {
+  }).then(async ({ gone, ...out }) => {
     for (const h of new Set([row.host, ...gone])) if (h) publishEvents.emit('changed', h);
+    await recordBoxEvent(ctx.db, box, 'box.published', { who: req.who });
     return out;
   });
 }
@@ -91,7 +95,7 @@ export async function putPublish(ctx: Pick<DomainContext, 'db' | 'config'>, box:
 export async function publishBox(ctx: DomainContext, identity: Identity, project: string, name: string, req: Omit<PublishRequest, 'service' | 'name'> & { name?: string }) {
   const box = await loadBox(ctx, identity, project, name);
   if (box.status === 'deleting') throw conflict(`box ${project}/${name} is deleting`);
-  return putPublish(ctx, box, { ...req, name: req.name ?? defaultPublishName(req.port) });
+  return putPublish(ctx, box, { ...req, name: req.name ?? defaultPublishName(req.port), who: identity.name });
 }
 
 /** A box publish without a name is named for its port (`p8080`): two ports never collide. */
@@ -119,12 +123,7 @@ export async function removeServicePublish(db: Db, boxId: string, service: strin
 }
 
 /** Publish names follow the name rule (DESIGN.md §3). */
-export function checkPublishName(name: string, field = 'name'): string {
-  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name) || name.includes('--')) {
-    throw invalidField(field, 'must be lowercase a-z, 0-9 and -, 1 to 63 characters, start and end alphanumeric, without --');
-  }
-  return name;
-}
+export { checkPublishName } from '../core/services';
 
 /** Where the publish proxy sends a request for `host` (docs/services.md "The proxy"). */
 export interface ProxyRoute {

@@ -1,8 +1,10 @@
 import type { Readable } from 'node:stream';
 import type { DomainContext, Identity } from './context';
-import type { NodeServiceSpec, NodeServiceState, ServiceGate } from '../cluster/types';
+import type { NodeServiceState } from '../cluster/types';
 import type { Publish, Service, ServiceStartRequest } from '../core/apiTypes';
-import { conflict, invalid, invalidField, notFound } from '../core/errors';
+import { conflict, invalidField, notFound } from '../core/errors';
+import { checkStart, specOf } from '../core/services';
+export { READY_TIMEOUT_DEFAULT_S, checkStart } from '../core/services';
 import { publishesRepo } from '../db/repos/publishes';
 import type { BoxRecord } from '../db/repos/boxes';
 import { runningBox } from './boxNode';
@@ -17,38 +19,7 @@ import { serviceCommands } from './serviceCommands';
  * start (secret_env, publish, ready), and the Service record made from what the box reports.
  */
 
-/** DESIGN.md §6: a ready gate waits 30 s unless told. */
-export const READY_TIMEOUT_DEFAULT_S = 30;
-
 const need = (ctx: DomainContext, identity: Identity, project: string, name: string) => runningBox(ctx, identity, project, name, 'services');
-
-/** The rules joi cannot say: each `secret_env` a key of `env`, `publish` needs `port`, a gate
- *  has one kind and a port. Answers the gate to wait for. */
-export function checkStart(req: ServiceStartRequest): ServiceGate | undefined {
-  for (const k of req.secret_env ?? []) {
-    if (!Object.prototype.hasOwnProperty.call(req.env ?? {}, k)) throw invalidField('secret_env', `${k} is not a key of env`);
-  }
-  if (req.publish && !req.port) throw invalidField('publish', 'a publish needs the service\'s port');
-  if (req.publish?.name !== undefined) checkPublishName(req.publish.name, 'publish.name');
-  const r = req.ready;
-  if (!r) return undefined;
-  if (r.http !== undefined && r.tcp !== undefined) throw invalid('ready: give http or tcp, not both', [{ field: 'ready', issue: 'http and tcp are exclusive' }]);
-  if (r.http === undefined && r.tcp === undefined) throw invalid('ready: give http (a path) or tcp (a port)', [{ field: 'ready', issue: 'needs http or tcp' }]);
-  const timeoutMs = (r.timeout_secs ?? READY_TIMEOUT_DEFAULT_S) * 1000;
-  if (r.tcp !== undefined) return { port: r.tcp, timeoutMs };
-  const port = r.port ?? req.port;
-  if (!port) throw invalidField('ready.port', 'an http gate needs ready.port or the service\'s port');
-  return { port, path: r.http, status: r.status, timeoutMs };
-}
-
-/** What boxd keeps in the box: its own fields, and the api's beside them (docs/services.md). */
-function specOf(req: ServiceStartRequest): NodeServiceSpec {
-  const spec: NodeServiceSpec = { name: req.name, command: req.command };
-  for (const k of ['cwd', 'env', 'user', 'restart', 'stop', 'port', 'publish', 'ready', 'secret_env', 'tags'] as const) {
-    if (req[k] !== undefined) spec[k] = req[k];
-  }
-  return spec;
-}
 
 /** The spec as the box holds it, read back with the types the api wrote (root in the box can
  *  edit the file: a field of another type is dropped, not believed). */
@@ -125,7 +96,7 @@ export async function startService(ctx: DomainContext, identity: Identity, proje
   const started = await node.serviceStart(id, specOf(req), gate);
   let publish: Publish | undefined;
   if (publishName) {
-    publish = (await putPublish(ctx, box, { name: publishName, port: req.port!, public: req.publish!.public, force: true, service: req.name })).publish;
+    publish = (await putPublish(ctx, box, { name: publishName, port: req.port!, public: req.publish!.public, force: true, service: req.name, who: identity.name })).publish;
   } else if (started.replaced) {
     // The service it replaced may have been published: a start without `publish` says it is not.
     await removeServicePublish(ctx.db, id, req.name);
@@ -173,7 +144,7 @@ export async function publishService(ctx: DomainContext, identity: Identity, pro
   if (st.state === 'corrupt') throw conflict(`service ${service} has a spec that does not load (${st.error ?? 'corrupt'}); start it again first`);
   const port = specFields(st.spec).port;
   if (!port) throw invalidField('port', `service ${service} has no port to publish; start it again with one`);
-  return putPublish(ctx, box, { name: checkPublishName(req.name ?? service), port, public: req.public, force: req.force, service });
+  return putPublish(ctx, box, { name: checkPublishName(req.name ?? service), port, public: req.public, force: req.force, service, who: identity.name });
 }
 
 export async function unpublishService(ctx: DomainContext, identity: Identity, project: string, name: string, service: string): Promise<void> {

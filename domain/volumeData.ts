@@ -3,7 +3,11 @@ import type { DomainContext, Identity } from './context';
 import type { CreateDataBackupRequest, CreateDataSnapshotRequest, DataBackup, DataSnapshot, DataVolume, RestoreDataRequest } from '../core/apiTypes';
 import { volumesRepo, type BackupRow, type VolumeRow } from '../db/repos/volumes';
 import { boxesRepo } from '../db/repos/boxes';
-import { BoxhostError, conflict, notFound } from '../core/errors';
+import { operationsRepo } from '../db/repos/operations';
+import { allowed } from '../core/box';
+import { boxJobs } from '../jobs/boxJobs';
+import { enqueueBoxJob, pendingActions } from './boxes';
+import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
 import { newId, now } from '../core/ids';
 import { dataJobs } from '../jobs/dataJobs';
 import { toApiSnapshot } from './snapshots';
@@ -112,7 +116,8 @@ export async function createBackup(ctx: DomainContext, identity: Identity, name:
       const count = (await volumesRepo.backups(trx, vol.id)).length;
       if (count >= ctx.config.backupsPerVolume) throw conflict(`data volume ${name} has ${count} backups, the most one keeps (BOXHOST_BACKUPS_MAX_PER_VOLUME); delete one first`);
       await volumesRepo.insertBackup(trx, row);
-      return enqueueVolumeJob(ctx, trx, vol, dataJobs.backup.of({ volumeId: vol.id, backupId: row.id }), identity, backupPath(name, backupName));
+      // The locked row's node: a move that ended since the first read sends it there.
+      return enqueueVolumeJob(ctx, trx, locked, dataJobs.backup.of({ volumeId: vol.id, backupId: row.id }), identity, backupPath(name, backupName));
     });
     const load = async () => {
       const r = await volumesRepo.backupById(ctx.db, row.id);
@@ -134,8 +139,10 @@ export async function createBackup(ctx: DomainContext, identity: Identity, name:
 export async function restoreVolume(ctx: DomainContext, identity: Identity, name: string, req: RestoreDataRequest) {
   const vol = await loadVolume(ctx, identity, name);
   if (vol.state !== 'ready') throw notReady(vol);
-  await ctx.nodes.assertUp(vol.node);
-  const runningHolder = (await holdersOf(ctx.db, vol.id)).find((a) => VOLUME_HOLDING_STATUSES.has(a.projected) || a.projected === 'running');
+  const to = 'backup' in req && req.node !== undefined && req.node !== vol.node ? req.node : null;
+  const released = to !== null ? await assertMovable(ctx, identity, vol, to) : undefined;
+  if (to === null) await ctx.nodes.assertUp(vol.node);
+  const runningHolder = to !== null ? undefined : (await holdersOf(ctx.db, vol.id)).find((a) => VOLUME_HOLDING_STATUSES.has(a.projected) || a.projected === 'running');
   if (runningHolder) throw conflict(`data volume ${name} is attached to box ${runningHolder.project}/${runningHolder.box}, which is ${runningHolder.projected === 'running' ? 'running' : `going to be ${runningHolder.projected}`}; stop the box (or detach the volume) first`);
   let payload;
   if ('snapshot' in req) {
@@ -152,19 +159,86 @@ export async function restoreVolume(ctx: DomainContext, identity: Identity, name
     const b = await volumesRepo.backup(ctx.db, vol.id, req.backup);
     if (!b) throw notFound(`backup ${req.backup} of data volume ${name}`);
     if (b.status !== 'completed') throw conflict(`backup ${req.backup} is ${b.status}; only a completed backup restores`);
-    payload = { volumeId: vol.id, backupId: b.id };
+    payload = { volumeId: vol.id, backupId: b.id, ...(to !== null ? { node: to } : {}) };
   }
   const operation = await ctx.db.transaction(async (trx) => {
     // Locked and marked: no attach, box start or second restore takes it until this one ends.
     const locked = await volumesRepo.lock(trx, vol.id);
     if (!locked) throw notFound(`data volume ${name}`);
     if (locked.state !== 'ready') throw notReady(locked);
+    if (locked.node !== vol.node) throw conflict(`data volume ${name} moved to node ${locked.node} meanwhile; try again`);
+    if (to !== null && (await pendingVolumeOps(trx, vol.id)).some((o) => !released!.ops.includes(o.id))) throw conflict(`data volume ${name} has operations queued; wait for them before moving it`);
+    if (to !== null) await release(ctx, identity, trx, vol, to, released!);
+    if (to !== null && (await volumesRepo.evictionPending(trx, vol.id, to))) throw conflict(`node ${to} has not let go of its old copy of data volume ${name} yet; try again in a few seconds`);
     await volumesRepo.update(trx, vol.id, { state: 'restoring' });
-    return enqueueVolumeJob(ctx, trx, vol, dataJobs.restore.of(payload), identity);
+    // A move runs on the node that is to hold the volume (docs/data.md "Moving a volume").
+    return enqueueVolumeJob(ctx, trx, to !== null ? { ...vol, node: to } : vol, dataJobs.restore.of(payload), identity);
   });
   const load = async () => {
     const r = await volumesRepo.byId(ctx.db, vol.id);
     return r ? (await showVolumes(ctx, [r]))[0] : null;
   };
   return { operation, load };
+}
+
+/**
+ * A restore of a backup on another node moves the volume there (docs/data.md "Moving a volume
+ * to another node"): the target must take it (registered, active, up, room for its quota); the
+ * volume must be attached to no box (its boxes are on the old node) and have nothing queued (a
+ * queued operation on a dead node would hold its turn forever). The old node may be down: that
+ * is what a move is for. Only tokens without a project limit move volumes (nodes are the
+ * operator's).
+ */
+/** What a move away from a node that is down takes over: the attachments of boxes on that
+ *  node and the volume's operations queued there (none of them can run or end while it is down). */
+interface Released {
+  boxes: { id: string; project: string; name: string }[];
+  ops: string[];
+}
+
+async function assertMovable(ctx: DomainContext, identity: Identity, vol: VolumeRow, to: string): Promise<Released> {
+  // Nodes are the operator's (GET /v1/nodes is too): a project-limited token does not pick one.
+  if (identity.projects !== null) throw forbidden('moving a data volume to another node takes a token without a project limit');
+  await ctx.nodes.assertCanTake(to, { cpus: 0, ram_mb: 0, storage_gb: vol.quota_gb });
+  // Its node down: what holds the volume there is released by the move (a volume held by a box
+  // of a dead node is what a move is for); a node that is up settles them itself first.
+  const sourceDown = (await ctx.nodes.downNodes([vol.node])).has(vol.node);
+  const released: Released = { boxes: [], ops: [] };
+  const blocking: string[] = [];
+  for (const a of await volumesRepo.holders(ctx.db, vol.id)) {
+    const box = await boxesRepo.byId(ctx.db, a.box_id);
+    if (sourceDown && box?.node === vol.node) released.boxes.push({ id: a.box_id, project: a.project, name: a.box });
+    else blocking.push(`box ${a.project}/${a.box}${a.detached ? ' (detached, mounted until it stops)' : ''}`);
+  }
+  if (blocking.length > 0) throw conflict(`data volume ${vol.name} is attached to ${blocking.join(', ')} on node ${vol.node}; detach it before moving it to node ${to}`);
+  for (const op of await pendingVolumeOps(ctx.db, vol.id)) {
+    if (sourceDown && op.node === vol.node) released.ops.push(op.id);
+    else throw conflict(`data volume ${vol.name} has operations queued; wait for them before moving it`);
+  }
+  // Back to a node that still holds its old copy: not until that node has let go of it (its
+  // sweep destroys the copy; a receive there meanwhile would race it, in another process).
+  if (await volumesRepo.evictionPending(ctx.db, vol.id, to)) throw conflict(`node ${to} has not let go of its old copy of data volume ${vol.name} yet; try again in a few seconds`);
+  return released;
+}
+
+/** In the move's transaction: the boxes of the dead node no longer mount the volume, its
+ *  operations there are failed (a late run finds them finished and does nothing), its backups
+ *  that were under way are failed, and those boxes are restarted when their node is back. */
+async function release(ctx: DomainContext, identity: Identity, trx: DomainContext['db'], vol: VolumeRow, to: string, r: Released): Promise<void> {
+  for (const b of r.boxes) {
+    await trx('data_attachments').where({ volume_id: vol.id, box_id: b.id }).delete();
+    const box = await boxesRepo.byId(trx, b.id);
+    if (!box) continue;
+    await boxesRepo.update(trx, b.id, { data_mounts: box.data_mounts.filter((m) => m.name !== vol.name) });
+    // Still running with the old copy mounted when its node returns: restarted then (a stop and a
+    // resume queued behind what it has), so it lets go of the copy its node is to destroy.
+    const pending = await pendingActions(trx, box.id);
+    if (allowed('stop', box.status, pending)) {
+      await enqueueBoxJob(ctx, trx, box, boxJobs.stop.of({ boxId: box.id }), identity);
+      await enqueueBoxJob(ctx, trx, box, boxJobs.resume.of({ boxId: box.id }), identity);
+    }
+  }
+  const why = `lost: data volume ${vol.name} moved to node ${to} while node ${vol.node} was down`;
+  for (const id of r.ops) await operationsRepo.update(trx, id, { status: 'failed', error: why });
+  await trx('data_backups').where({ volume_id: vol.id }).whereIn('status', ['pending', 'running']).update({ status: 'failed', error: why, updated_at: now() });
 }

@@ -2,6 +2,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { basesRepo } from '../db/repos/bases';
 import { baseBuildsRepo, MAX_BUILD_LOG_BYTES } from '../db/repos/baseBuilds';
 import { publicReason } from './publicReason';
+import { recordBoxEvent } from './boxEvents';
 import { baseJobs } from './baseJobs';
 import { defineJob, JobRefused } from './types';
 
@@ -16,11 +17,11 @@ import { defineJob, JobRefused } from './types';
  */
 export const buildBaseJob = defineJob({
   type: baseJobs.build,
-  async run({ payload, db, node, bases }) {
+  async run({ payload, db, node, bases, operationId }) {
     const b = await baseBuildsRepo.get(db, payload.buildId);
     if (!b) throw new JobRefused('the build was forgotten before it ran');
     if (b.status === 'succeeded') return;
-    const box = await boxesRepo.byId(db, payload.boxId);
+    let box = await boxesRepo.byId(db, payload.boxId);
     if (!box) {
       // Gone after the base was made (a worker died before the build was marked): done.
       if (b.script_done && (await basesRepo.get(db, payload.name, payload.version))) return void (await baseBuildsRepo.update(db, b.id, { status: 'succeeded', box_id: null, box: null }));
@@ -36,6 +37,7 @@ export const buildBaseJob = defineJob({
         await node.destroy(box);
         await node.createRoot(box, { kind: 'base', base: { name, version } });
         await node.start(box);
+        box = (await boxesRepo.byId(db, box.id)) ?? box; // its address may be new
         await baseBuildsRepo.clearLog(db, b.id);
         await baseBuildsRepo.update(db, b.id, { log_bytes: 0 });
       }
@@ -66,9 +68,10 @@ export const buildBaseJob = defineJob({
     }
     await node.destroy(box);
     await boxesRepo.remove(db, box.id);
+    await recordBoxEvent(db, box, 'box.deleted', { operationId });
     await baseBuildsRepo.update(db, b.id, { status: 'succeeded', box_id: null, box: null });
   },
-  async onFailed({ payload, db, node, bases }, error) {
+  async onFailed({ payload, db, node, bases, operationId }, error) {
     const b = await baseBuildsRepo.get(db, payload.buildId);
     const failures: unknown[] = [];
     const step = async (fn: () => Promise<unknown>) => fn().catch((e: unknown) => void failures.push(e));
@@ -83,6 +86,7 @@ export const buildBaseJob = defineJob({
       await step(async () => {
         await node.destroy(box);
         await boxesRepo.remove(db, box.id);
+        await recordBoxEvent(db, box, 'box.deleted', { operationId });
       });
       // Left for its user to delete rather than shown running.
       if (failures.length) await step(() => boxesRepo.update(db, box.id, { status: 'failed', error: 'the base build it was made for failed; delete it' }));

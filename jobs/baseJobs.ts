@@ -30,5 +30,7 @@ const ref = { name: Joi.string().pattern(NAME_PATTERN).required(), version: Joi.
 export const baseJobs = {
   save: jobType<BaseSavePayload>('base.save', Joi.object<BaseSavePayload>({ ...ref, boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
   build: jobType<BaseBuildPayload>('base.build', Joi.object<BaseBuildPayload>({ ...ref, buildId: Joi.string().pattern(/^bb_[a-z0-9]{20}$/).required(), boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
+  /** A recipe base (`debian`) made on the job's node unless it is there (jobs/baseRecipe.ts). */
+  recipe: jobType<BaseRefPayload>('base.recipe', Joi.object<BaseRefPayload>(ref)),
   import: jobType<BaseImportPayload>('base.import', Joi.object<BaseImportPayload>({ ...ref, token: Joi.string().pattern(/^[0-9a-f]{32}$/).required() })),
 } as const;

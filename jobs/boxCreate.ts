@@ -1,26 +1,54 @@
 import { boxesRepo } from '../db/repos/boxes';
-import { TRANSITIONS } from '../core/box';
-import { defineJob } from './types';
+import { basesRepo } from '../db/repos/bases';
+import { baseBuildsRepo } from '../db/repos/baseBuilds';
+import { defineJob, JobNotYet, JobRefused } from './types';
 import { boxJobs } from './boxJobs';
 import { publicReason } from './publicReason';
+import { recordBoxEvent } from './boxEvents';
 
 /** creating → running: clone the root, join the network, start the container. */
 export const createBoxJob = defineJob({
   type: boxJobs.create,
-  async run({ payload, db, node, progress }) {
+  async run({ payload, db, node, progress, operationId }) {
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return; // deleted before its turn came
+    // Marked running by a run that died before its job was recorded done (the host may have
+    // restarted since): the container is made sure of, as a start does.
+    if (box.status === 'running') return void (await node.start(box));
+    // Deleting, stopped, failed: a late run of this job (a retry, or a run BullMQ took for
+    // stalled on a loaded host) must never make the root again under a delete.
+    if (box.status !== 'creating') return;
+    if (payload.source.kind === 'base') await baseReady(db, payload.source.base);
     await node.createRoot(box, payload.source);
     await progress(50);
+    if ((await boxesRepo.byId(db, box.id))?.status !== 'creating') return;
     await node.start(box);
-    await boxesRepo.update(db, box.id, { status: TRANSITIONS.create.after as 'running', error: null });
+    if (await boxesRepo.markCreated(db, box.id)) await recordBoxEvent(db, box, 'box.created', { operationId });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */
-  async onFailed({ payload, db, node, log }, error) {
+  async onFailed({ payload, db, node, log, operationId }, error) {
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return;
     await node.destroy(box).catch((e) => log.warn({ err: (e as Error).message }, 'cleanup of a failed create'));
     // Project tokens read the box's error: what failed in plain words (the worker logged it all).
-    await boxesRepo.update(db, box.id, { status: 'failed', error: `create failed: ${publicReason(error)}`, address: null });
+    const why = `create failed: ${publicReason(error)}`;
+    await boxesRepo.update(db, box.id, { status: 'failed', error: why, address: null });
+    await recordBoxEvent(db, box, 'box.failed', { operationId, error: why });
   },
 });
+
+/**
+ * A base still being built (a pack instance made while its pack's base builds, docs/packs.md):
+ * the create waits for it; a build that failed took the version's row with it, and the create
+ * is refused naming the build. Otherwise a base with no row is a node's own (built-in, or a
+ * recipe made on first use).
+ */
+async function baseReady(db: Parameters<typeof basesRepo.getAny>[0], base: { name: string; version: string }): Promise<void> {
+  const row = await basesRepo.getAny(db, base.name, base.version);
+  if (row?.state === 'making') throw new JobNotYet(`base ${base.name}@${base.version} is being built`, 2000);
+  if (row) return;
+  const build = await baseBuildsRepo.latest(db, base.name, base.version);
+  // A failing build drops the version's row before it is marked failed: still its word to wait for.
+  if (build?.status === 'queued' || build?.status === 'running') throw new JobNotYet(`base ${base.name}@${base.version} is being built`, 2000);
+  if (build?.status === 'failed') throw new JobRefused(`base ${base.name}@${base.version} was not built: its build ${build.id} failed${build.exit_code !== null ? ` (its script exited ${build.exit_code})` : ''}`);
+}

@@ -5,6 +5,11 @@ import { boxJobs, BoxRef } from './boxJobs';
 import type { JobType } from './types';
 import type { BoxHost } from './ports';
 import { publicReason } from './publicReason';
+import { recordBoxEvent } from './boxEvents';
+import type { BoxEvent } from '../core/apiTypes';
+
+/** The event a transition records when it is done. */
+const DONE_EVENT: Record<Exclude<BoxAction, 'create'>, BoxEvent['kind']> = { stop: 'box.stopped', resume: 'box.resumed', delete: 'box.deleted', restore: 'box.restored' };
 
 /**
  * A box job that moves the box through one transitional state of the state machine (stop,
@@ -20,7 +25,7 @@ export const defineBoxTransition = <P extends BoxRef = BoxRef>(
   const t = TRANSITIONS[action];
   return defineJob<P>({
     type: boxJobs[action] as unknown as JobType<P>,
-    async run({ payload, db, node }) {
+    async run({ payload, db, node, operationId }) {
       const box = await boxesRepo.byId(db, payload.boxId);
       if (!box) return;
       // The api allowed this against the state the box was going to be in; when its turn
@@ -40,14 +45,18 @@ export const defineBoxTransition = <P extends BoxRef = BoxRef>(
       }
       if (t.after === 'gone') await boxesRepo.remove(db, box.id);
       else await boxesRepo.update(db, box.id, { status: t.after, error: null });
+      await recordBoxEvent(db, box, DONE_EVENT[action], { operationId });
     },
     /** Failed for good: the box is `failed` with why; it can still be deleted. A refused job
      *  never touched the box, which keeps its status and error. */
-    async onFailed({ payload, db }: JobContext<P>, error: Error) {
+    async onFailed({ payload, db, operationId }: JobContext<P>, error: Error) {
       if (error instanceof JobRefused) return;
-      if (await boxesRepo.byId(db, payload.boxId)) {
+      const box = await boxesRepo.byId(db, payload.boxId);
+      if (box) {
         // Public words only: project tokens read this (the worker logged the full error).
-        await boxesRepo.update(db, payload.boxId, { status: 'failed', error: `${action} failed: ${publicReason(error)}` });
+        const why = `${action} failed: ${publicReason(error)}`;
+        await boxesRepo.update(db, payload.boxId, { status: 'failed', error: why });
+        await recordBoxEvent(db, box, 'box.failed', { operationId, error: why });
       }
     },
   });

@@ -18,6 +18,7 @@ export const backupDataJob = defineJob({
     if (b.status === 'completed') return;
     const vol = await volumesRepo.byId(db, payload.volumeId);
     if (!vol) throw new JobRefused('the volume was deleted before its backup');
+    if (vol.node !== volumes.nodeId) throw new JobRefused(`the volume moved to node ${vol.node} before its backup`);
     let parent = b.parent;
     if (b.mode === null) {
       parent = await parentOf(db, b, (name) => volumes.hasBackupBase(payload.volumeId, name));

@@ -23,10 +23,12 @@ export interface DataBackupPayload extends VolumeRef {
   backupId: string;
 }
 
-/** Exactly one of `snapshot` and `backupId`. */
+/** Exactly one of `snapshot` and `backupId`; `node` (with a backup): the node the volume moves
+ *  to, the one the job runs on. */
 export interface DataRestorePayload extends VolumeRef {
   snapshot?: string;
   backupId?: string;
+  node?: string;
 }
 
 const volumeId = Joi.string().pattern(VOLUME_ID_PATTERN).required();
@@ -41,7 +43,7 @@ export const dataJobs = {
   snapshot: jobType<DataSnapshotPayload>('data.snapshot', Joi.object<DataSnapshotPayload>({ volumeId, name: snapshotName.required(), description: Joi.string().max(1024) })),
   deleteSnapshot: jobType<DataSnapshotPayload>('data.snapshot.delete', Joi.object<DataSnapshotPayload>({ volumeId, name: snapshotName.required() })),
   backup: jobType<DataBackupPayload>('data.backup', Joi.object<DataBackupPayload>({ volumeId, backupId: backupId.required() })),
-  restore: jobType<DataRestorePayload>('data.restore', Joi.object<DataRestorePayload>({ volumeId, snapshot: snapshotName, backupId }).xor('snapshot', 'backupId')),
+  restore: jobType<DataRestorePayload>('data.restore', Joi.object<DataRestorePayload>({ volumeId, snapshot: snapshotName, backupId, node: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/) }).xor('snapshot', 'backupId').with('node', 'backupId')),
 } as const;
 
 /** The key operations on one volume are ordered by (the operations' `box_id` column holds it:

@@ -16,8 +16,12 @@ export const restoreDataJob = defineJob({
   async run({ payload, db, volumes, operationId }) {
     const vol = await volumesRepo.byId(db, payload.volumeId);
     if (!vol) throw new JobRefused('the volume was deleted before its restore');
+    // A move (docs/data.md "Moving a volume to another node") runs on the node it goes to.
+    if (payload.node !== undefined && payload.node !== volumes.nodeId) throw new JobRefused(`the move of volume ${vol.name} to node ${payload.node} ran on node ${volumes.nodeId}`);
+    const moving = payload.node !== undefined && vol.node !== payload.node;
     for (const a of await volumesRepo.holders(db, vol.id)) {
       const box = await boxesRepo.byId(db, a.box_id);
+      if (moving && box) throw new JobRefused(`volume ${vol.name} is attached to box ${a.project}/${a.box} on node ${vol.node}; detach it before moving it`);
       if (box && VOLUME_HOLDING_STATUSES.has(box.status)) throw new JobRefused(`volume ${vol.name} is attached to box ${a.project}/${a.box}, which is ${box.status}; stop it (or detach the volume) first`);
     }
     try {
@@ -28,12 +32,19 @@ export const restoreDataJob = defineJob({
       if ((e as { code?: string }).code === 'conflict' || /has no snapshot/.test((e as Error).message)) throw new JobRefused((e as Error).message);
       throw e;
     }
-    await volumesRepo.update(db, vol.id, { state: 'ready', size_bytes: await volumes.usedBytes(vol.id) });
+    const patch = { state: 'ready' as const, size_bytes: await volumes.usedBytes(vol.id) };
+    // The old node destroys its dataset when it next looks (workers/volumeEvictions.ts).
+    if (payload.node !== undefined) await volumesRepo.settleMove(db, vol.id, payload.node, patch);
+    else await volumesRepo.update(db, vol.id, patch);
   },
   async onFailed({ payload, db, volumes }) {
     try {
       // A swap cut off half-way puts the old dataset back; a half-received one goes.
-      if (await volumesRepo.byId(db, payload.volumeId)) await volumes.abandonRestore(payload.volumeId);
+      const vol = await volumesRepo.byId(db, payload.volumeId);
+      if (vol) await volumes.abandonRestore(payload.volumeId);
+      // A move that failed after its receive leaves a dataset here that the volume's node is
+      // not: it goes as a moved-away one does.
+      if (vol && payload.node !== undefined && vol.node !== volumes.nodeId) await volumesRepo.evict(db, vol.id, volumes.nodeId);
     } finally {
       const vol = await volumesRepo.byId(db, payload.volumeId);
       if (vol?.state === 'restoring') await volumesRepo.update(db, payload.volumeId, { state: 'ready' });

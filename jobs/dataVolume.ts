@@ -41,7 +41,9 @@ export const deleteDataJob = defineJob({
 export const snapshotDataJob = defineJob({
   type: dataJobs.snapshot,
   async run({ payload, db, volumes }) {
-    if (!(await volumesRepo.byId(db, payload.volumeId))) throw new JobRefused('the volume was deleted before its snapshot');
+    const vol = await volumesRepo.byId(db, payload.volumeId);
+    if (!vol) throw new JobRefused('the volume was deleted before its snapshot');
+    if (vol.node !== volumes.nodeId) throw new JobRefused(`the volume moved to node ${vol.node} before its snapshot`);
     await volumes.snapshot(payload.volumeId, payload.name, payload.description);
     await volumesRepo.update(db, payload.volumeId, { size_bytes: await volumes.usedBytes(payload.volumeId) });
   },
@@ -50,7 +52,9 @@ export const snapshotDataJob = defineJob({
 export const deleteDataSnapshotJob = defineJob({
   type: dataJobs.deleteSnapshot,
   async run({ payload, db, volumes }) {
-    if (!(await volumesRepo.byId(db, payload.volumeId))) return;
+    const vol = await volumesRepo.byId(db, payload.volumeId);
+    if (!vol) return;
+    if (vol.node !== volumes.nodeId) throw new JobRefused(`the volume moved to node ${vol.node}: its snapshots stayed behind`);
     await volumes.deleteSnapshot(payload.volumeId, payload.name);
   },
 });

@@ -8,10 +8,12 @@ import { snapshotBoxJob } from './boxSnapshot';
 import { saveBaseJob } from './baseSave';
 import { importBaseJob } from './baseImport';
 import { buildBaseJob } from './baseBuild';
+import { recipeBaseJob } from './baseRecipe';
 import { createDataJob, deleteDataJob, deleteDataSnapshotJob, snapshotDataJob } from './dataVolume';
 import { backupDataJob } from './dataBackup';
 import { restoreDataJob } from './dataRestore';
+import { packServicesJob } from './packServices';
 
 /** Every job handler a node's worker runs. */
-export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob, saveBaseJob, importBaseJob, buildBaseJob,
-  createDataJob, deleteDataJob, snapshotDataJob, deleteDataSnapshotJob, backupDataJob, restoreDataJob];
+export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob, saveBaseJob, importBaseJob, buildBaseJob, recipeBaseJob,
+  createDataJob, deleteDataJob, snapshotDataJob, deleteDataSnapshotJob, backupDataJob, restoreDataJob, packServicesJob];

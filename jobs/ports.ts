@@ -1,5 +1,6 @@
 import type { BaseRef, RootSource } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
+import type { ServiceStartRequest } from '../core/apiTypes';
 
 /**
  * What box jobs need from the node they run on. `workers/boxSteps.ts` implements it with the
@@ -23,6 +24,9 @@ export interface BoxHost {
   restore(box: BoxRecord, snapshot: string): Promise<void>;
   /** Removes everything the box holds on the node: container, network, datasets. */
   destroy(box: Pick<BoxRecord, 'id' | 'project'>): Promise<void>;
+  /** Starts (or replaces) a service in the running box by its boxd and waits for its ready gate,
+   *  as the service start route does (docs/services.md); its refusals are BoxhostErrors. */
+  startService(box: BoxRecord, req: ServiceStartRequest): Promise<void>;
 }
 
 /** What base jobs need from the node they run on (`workers/baseSteps.ts`); idempotent steps. */
@@ -34,6 +38,8 @@ export interface BaseHost {
   abandonSave(boxId: string, ref: BaseRef): Promise<void>;
   /** Unpacks the upload staged as `token` into base `ref`; answers its size in bytes. */
   importStaged(token: string, ref: BaseRef): Promise<number>;
+  /** Makes recipe base `ref` (`debian`) on this node unless it is there; true when made now. */
+  makeRecipe(ref: BaseRef): Promise<boolean>;
   /** Removes a staged upload. Idempotent. */
   discardStaged(token: string): Promise<void>;
   /** Destroys base `ref` on this node (refused while box roots depend on it). Idempotent. */
@@ -51,6 +57,8 @@ export interface BackupStream {
 
 /** What data volume jobs need from the node they run on (`workers/volumeSteps.ts`). */
 export interface VolumeHost {
+  /** The node whose volumes these are (a move checks it runs where it was sent). */
+  readonly nodeId: string;
   create(volumeId: string, quotaGb: number): Promise<void>;
   destroy(volumeId: string): Promise<void>;
   usedBytes(volumeId: string): Promise<number>;

@@ -61,6 +61,16 @@ export interface JobHandler<P = any> {
 
 export const defineJob = <P>(handler: JobHandler<P>): JobHandler<P> => handler;
 
+/** A job that cannot run yet: it waits on another one (an instance's create on its pack's base
+ *  build). The worker runs it again after `retryInMs` without spending an attempt, the operation
+ *  `queued` with `waiting: <message>` as its error meanwhile. */
+export class JobNotYet extends Error {
+  override name = 'JobNotYet';
+  constructor(message: string, readonly retryInMs = 2000) {
+    super(message);
+  }
+}
+
 /** A job that must not run at all (its resource is no longer in a state it applies to): it
  *  fails at once, without retries, and leaves the resource as it is. */
 export class JobRefused extends UnrecoverableError {

@@ -6,7 +6,7 @@ import { startTestHost } from './helpers/host';
 
 /**
  * Base builds on a real host (docs/bases.md "Builds"): the two forms (both or neither → 400, the
- * pack form → 404 until packs exist), a build that runs its script in a temporary box and saves
+ * pack form of a pack that is not installed → 404; test/packs.test.ts builds from one), a build that runs its script in a temporary box and saves
  * it with DESIGN.md §6's version, its log (streamed with follow), the same inputs cached, force
  * (refused while a box uses the version, then rebuilt), a failing script leaving nothing, the CLI.
  */
@@ -24,7 +24,7 @@ t.test('base builds on a real host', async (t) => {
   const versionOf = (script: string) => crypto.createHash('sha256').update(`busybox@${busybox}\n${script}`).digest('hex').slice(0, 12);
   const buildBoxes = async () => ((await call('GET', '/v1/projects/base-builds/boxes')).body?.boxes ?? []).map((b: any) => b.name);
 
-  t.test('the forms: both or neither → 400, pack → 404, an unknown parent → 400', async (t) => {
+  t.test('the forms: both or neither → 400, an unknown pack → 404, an unknown parent → 400', async (t) => {
     for (const bad of [{}, { pack: 'p', base: 'x', parent: 'busybox', script: 'true' }, { base: 'x', parent: 'busybox' }, { base: 'x', script: 'true' }, { parent: 'busybox', script: 'true' }, { base: 'X', parent: 'busybox', script: 'true' }]) {
       const r = await call('POST', '/v1/base-builds', bad);
       t.equal(r.status, 400, `400 for ${JSON.stringify(bad)}: ${r.text.slice(0, 100)}`);

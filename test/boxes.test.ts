@@ -14,7 +14,8 @@ t.test('boxes', async (t) => {
     if (r.status !== 200) throw new Error(`exec ${r.status}: ${r.text}`);
     return r.body as { exit_code: number; stdout: string; stderr: string; process: number; detached: boolean };
   };
-  const zfsList = async () => (await run(['zfs', 'list', '-H', '-r', '-o', 'name', '-t', 'all'])).stdout;
+  // This host's pool only: the suite runs other files beside this one, each with its own pool.
+  const zfsList = async () => (await run(['zfs', 'list', '-H', '-r', '-o', 'name', '-t', 'all', `boxhost-${host.config.hostTag}`])).stdout;
   const boxRoot = (id: string) => `/boxes/${id}`;
 
   t.test('create → running; the box is a real isolated container', async (t) => {

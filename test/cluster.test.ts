@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
@@ -5,6 +6,8 @@ import { ConnectionOptions, Queue } from 'bullmq';
 import { request } from './helpers/host';
 import { clusterEnv, freePort, nodeEnv, pgSchema, RoleProcess, startUnprivilegedApi, REDIS } from './helpers/cluster';
 import { run, sleep } from '../core/command';
+import { loadConfig } from '../core/config';
+import { poolOf } from './helpers/hostState';
 import { nodeQueueName } from '../jobs/queue';
 
 /**
@@ -20,7 +23,11 @@ t.test('two nodes behind one unprivileged api', async (t) => {
 
   // Equal capacities make placement deterministic; n2's agent listens on every address, so
   // the test can show that boxes still cannot reach it.
-  const size = { BOXHOST_NODE_CPUS: '4', BOXHOST_NODE_RAM_MB: '4096', BOXHOST_WORKER_CONCURRENCY: '1' };
+  // One backup directory for both, as a mounted remote filesystem would be: a volume moves
+  // between them by a restore of its backup (docs/data.md "Moving a volume to another node").
+  const backupDir = fs.mkdtempSync('/var/tmp/bh-backups-');
+  t.teardown(() => fs.rmSync(backupDir, { recursive: true, force: true }));
+  const size = { BOXHOST_NODE_CPUS: '4', BOXHOST_NODE_RAM_MB: '4096', BOXHOST_WORKER_CONCURRENCY: '1', BOXHOST_BACKUP_DIR: backupDir };
   const agent2 = await freePort();
   const env1 = nodeEnv(t, shared, 'n1', size);
   const env2 = nodeEnv(t, shared, 'n2', { ...size, BOXHOST_AGENT_HOST: '0.0.0.0', BOXHOST_AGENT_PORT: String(agent2), BOXHOST_AGENT_URL: `http://127.0.0.1:${agent2}` });
@@ -171,6 +178,38 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.match(JSON.parse(gap.body).error.message, /nothing answers on port 9 in box pb\/b1/);
   });
 
+  // A volume on n2 with a backup, attached to no box: moved to n1 while n2 is lost (below).
+  const volumesOn = async (env: Record<string, string>) =>
+    (await run(['zfs', 'list', '-H', '-o', 'name', '-r', `${poolOf(loadConfig(env, { readDotenv: false }))}/data`], { allowFailure: true })).stdout.split('\n').filter((l) => /\/data\/v[a-z0-9]+$/.test(l));
+  let moveSum = '';
+  t.test('a data volume with a backup, for a move', async (t) => {
+    // n1 drained for the instant of the create: the volume goes to n2.
+    t.equal((await call('PUT', '/v1/nodes/n1', { state: 'draining' })).status, 200);
+    const made = await call('POST', '/v1/data', { name: 'mv', size_gb: 1, project: 'pa' });
+    t.equal((await call('PUT', '/v1/nodes/n1', { state: 'active' })).status, 200);
+    t.equal(made.status, 201, made.text);
+    t.equal(made.body.node, 'n2');
+    const w = await create('pa', 'mvw', { data_mounts: [{ name: 'mv', path: '/data' }] });
+    t.equal(w.node, 'n2', "a box that mounts it is made on the volume's node");
+    moveSum = (await sh('pa', 'mvw', 'head -c 4194304 /dev/urandom > /data/blob && sync && sha256sum /data/blob')).stdout.split(' ')[0];
+    const b = await call('POST', '/v1/data/mv/backups?wait=120', { name: 'b1' });
+    t.equal(b.status, 200, b.text);
+    t.match(b.body, { status: 'completed', mode: 'full' });
+
+    const attached = await call('POST', '/v1/data/mv/restore', { backup: 'b1', node: 'n1' });
+    t.equal(attached.status, 409, 'attached to a box: no move');
+    t.match(attached.body.error.message, /attached to box pa\/mvw on node n2; detach it before moving it to node n1/);
+    const noBackup = await call('POST', '/v1/data/mv/restore', { snapshot: 'x', node: 'n1' });
+    t.equal(noBackup.status, 400, 'a node goes with a backup only');
+    t.equal((await call('POST', '/v1/data/mv/restore', { backup: 'b1', node: 'nope' })).status, 404, 'an unknown node');
+    t.equal((await call('POST', '/v1/data/mv/restore', { backup: 'b1', node: 'Bad_Node' })).status, 400);
+    const limited = (await call('POST', '/v1/tokens', { name: 'pa-only', projects: ['pa'] })).body;
+    const byProject = await call('POST', '/v1/data/mv/restore', { backup: 'b1', node: 'n1' }, limited.token);
+    t.equal(byProject.status, 403, 'a project token does not pick nodes');
+    t.equal((await volumesOn(env2)).length, 1, 'its dataset is on n2');
+    t.equal((await volumesOn(env1)).length, 0);
+  });
+
   t.test('node 2 lost: its boxes answer 503 with why, node 1 carries on; back: converges', async (t) => {
     // Something long-lived in a box of n2, to show nothing in the boxes is lost with the node.
     await call('POST', '/v1/projects/pa/boxes/a2/exec', { command: ['sh', '-c', 'echo $$ > /tmp/sleeper; exec sleep 100000'], no_hup: true });
@@ -203,11 +242,23 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.equal(health.status, 503);
     t.same(health.body.checks.nodes, { n1: 'ok', n2: 'down' }, 'which node is down, not why (public route)');
     const list = (await call('GET', '/v1/projects/pa/boxes')).body.boxes;
-    t.same(list.map((b: any) => [b.name, b.status]), [['a1', 'running'], ['a2', 'unknown'], ['a2-fork', 'unknown'], ['a3', 'running']]);
+    t.same(list.map((b: any) => [b.name, b.status]), [['a1', 'running'], ['a2', 'unknown'], ['a2-fork', 'unknown'], ['a3', 'running'], ['mvw', 'unknown']]);
 
     t.equal((await sh('pa', 'a1', 'echo still here')).stdout, 'still here\n', 'node 1 boxes keep working');
     const c1 = await create('pa', 'c1');
     t.equal(c1.node, 'n1', 'new boxes go to the node that is up');
+
+    // Its volume moves to n1 by a restore of its backup there, n2 still down: the box of n2 that
+    // had it attached (what refused the move while n2 was up) lets go of it.
+    const moved = await call('POST', '/v1/data/mv/restore?wait=120', { backup: 'b1', node: 'n1' });
+    t.equal(moved.status, 200, moved.text);
+    t.same((await call('GET', '/v1/projects/pa/boxes/mvw')).body.data_mounts, [], 'the box on the dead node no longer mounts it');
+    t.match(moved.body, { name: 'mv', node: 'n1', attachments: [] }, 'n1 holds the volume now');
+    t.equal((await volumesOn(env1)).length, 1, 'its dataset is on n1');
+    await create('pa', 'mvr', { data_mounts: [{ name: 'mv', path: '/data' }] });
+    t.equal((await sh('pa', 'mvr', 'sha256sum /data/blob')).stdout.split(' ')[0], moveSum, "a box on n1 reads the backup's data, byte for byte");
+    const next = await call('POST', '/v1/data/mv/backups?wait=120', { name: 'b2' });
+    t.match(next.body, { status: 'completed', mode: 'incremental', parent: 'b1' }, 'its next backup is incremental on the one it came from');
 
     // While n2 is away, one of its containers dies (as a crash of the machine would leave it).
     const fork = (await call('GET', '/v1/projects/pa/boxes/a2-fork')).body;
@@ -228,6 +279,21 @@ t.test('two nodes behind one unprivileged api', async (t) => {
     t.equal((await sh('pa', 'a2-fork', 'cat /root/f')).stdout, 'forked-data\n', 'reconciliation started the box that died, with its files');
     const healthy = await call('GET', '/healthz', undefined, null);
     t.equal(healthy.status, 200, JSON.stringify(healthy.body));
+    // The box of n2 that had it mounted is restarted (a stop and a resume queued by the move),
+    // without the volume; then n2 destroys its old copy.
+    await until('the box of n2 restarted without the volume', async () => {
+      const box = (await call('GET', '/v1/projects/pa/boxes/mvw')).body;
+      if (box.status !== 'running') return false;
+      const r = await call('POST', '/v1/projects/pa/boxes/mvw/exec', { command: ['sh', '-c', 'test -e /data/blob && echo mounted || echo gone'] });
+      return r.status === 200 && r.body.stdout === 'gone\n';
+    }, 60_000);
+    t.pass('the box that had it attached on n2 runs again, without it');
+    await until("n2 let go of the moved volume's dataset", async () => (await volumesOn(env2)).length === 0, 60_000);
+    t.pass('n2, back, destroyed its dataset of the volume that moved away');
+    t.equal((await volumesOn(env1)).length, 1, "and n1's is the volume");
+    t.equal((await call('DELETE', '/v1/projects/pa/boxes/mvr?wait=120')).status < 300, true);
+    t.equal((await call('DELETE', '/v1/projects/pa/boxes/mvw?wait=120')).status < 300, true);
+    t.equal((await call('DELETE', '/v1/data/mv')).status, 204);
   });
 
   t.test('a second worker process on node 1 shares its queue and keeps per-box order', async (t) => {

@@ -485,6 +485,35 @@ t.test('releaseProject removes the bridge, its rule and its IPAM state with the 
   t.equal(await network.releaseProject(P5), true);
 });
 
+/**
+ * The "outside": a netns behind a veth, routed to only for one test bridge (a policy rule on its
+ * input interface, whose table ends in `unreachable`): nothing leaves the machine, and the
+ * host's own routes (its real metadata service among them) are untouched. A TCP server on port
+ * 7000 answers on every address in `addresses`. Undone by `undo`.
+ */
+async function outsideWorld(tag: string, bridge: string, transit: (n: number) => string, addresses: string[]): Promise<void> {
+  const ext = `bhtest-${tag}-ext`;
+  const hostEnd = `bhx${tag}`;
+  const table = String(20000 + crypto.randomInt(10000));
+  undo.push(() => run(['ip', 'netns', 'delete', ext]));
+  undo.push(() => run(['ip', 'link', 'delete', hostEnd]));
+  undo.push(() => run(['ip', 'rule', 'delete', 'iif', bridge, 'lookup', table]));
+  undo.push(() => run(['ip', 'route', 'flush', 'table', table]));
+  await run(['ip', 'netns', 'add', ext]);
+  await run(['ip', 'link', 'add', hostEnd, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ext]);
+  await run(['ip', 'addr', 'add', `${transit(1)}/30`, 'dev', hostEnd]);
+  await run(['ip', 'link', 'set', hostEnd, 'up']);
+  await inNs(ext, ['ip', 'addr', 'add', `${transit(2)}/30`, 'dev', 'eth0']);
+  for (const a of addresses) await inNs(ext, ['ip', 'addr', 'add', `${a}/32`, 'dev', 'eth0']);
+  await inNs(ext, ['ip', 'link', 'set', 'eth0', 'up']);
+  await inNs(ext, ['ip', 'link', 'set', 'lo', 'up']);
+  await inNs(ext, ['ip', 'route', 'add', 'default', 'via', transit(1)]);
+  for (const a of addresses) await run(['ip', 'route', 'add', `${a}/32`, 'via', transit(2), 'dev', hostEnd, 'table', table]);
+  await run(['ip', 'route', 'add', 'unreachable', 'default', 'table', table]);
+  await run(['ip', 'rule', 'add', 'iif', bridge, 'lookup', table, 'priority', '100']);
+  await nsProcess(ext, TCP_SERVER, '7000');
+}
+
 t.test('with outbound on: link-local, the host, the platform and protected nets stay out of reach', async (t) => {
   // A network of its own (tag, /16, chains), outbound on.
   const outTag = crypto.randomBytes(3).toString('hex');
@@ -501,31 +530,9 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
   const o1 = await outNet.attach('o1', { index: 1 });
   const bridge = outNet.bridgeName(1);
 
-  // The "outside": a netns behind a veth, routed to only for this test's bridge (a policy rule
-  // on its input interface, whose table ends in `unreachable`): nothing leaves the machine,
-  // and the host's own routes (its real metadata service among them) are untouched.
-  const ext = `bhtest-${outTag}-ext`;
-  const hostEnd = `bhx${outTag}`;
   const transit = (n: number) => `10.${second}.255.${n}`; // in the last project block of this /16: unused
-  const table = String(20000 + crypto.randomInt(10000));
   const outside = { metadata: '169.254.169.254', redis: '198.51.100.10', postgres: '198.51.100.11', agent: '203.0.113.5', control: '198.51.100.20' };
-  undo.push(() => run(['ip', 'netns', 'delete', ext]));
-  undo.push(() => run(['ip', 'link', 'delete', hostEnd]));
-  undo.push(() => run(['ip', 'rule', 'delete', 'iif', bridge, 'lookup', table]));
-  undo.push(() => run(['ip', 'route', 'flush', 'table', table]));
-  await run(['ip', 'netns', 'add', ext]);
-  await run(['ip', 'link', 'add', hostEnd, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ext]);
-  await run(['ip', 'addr', 'add', `${transit(1)}/30`, 'dev', hostEnd]);
-  await run(['ip', 'link', 'set', hostEnd, 'up']);
-  await inNs(ext, ['ip', 'addr', 'add', `${transit(2)}/30`, 'dev', 'eth0']);
-  for (const a of Object.values(outside)) await inNs(ext, ['ip', 'addr', 'add', `${a}/32`, 'dev', 'eth0']);
-  await inNs(ext, ['ip', 'link', 'set', 'eth0', 'up']);
-  await inNs(ext, ['ip', 'link', 'set', 'lo', 'up']);
-  await inNs(ext, ['ip', 'route', 'add', 'default', 'via', transit(1)]);
-  for (const a of Object.values(outside)) await run(['ip', 'route', 'add', `${a}/32`, 'via', transit(2), 'dev', hostEnd, 'table', table]);
-  await run(['ip', 'route', 'add', 'unreachable', 'default', 'table', table]);
-  await run(['ip', 'rule', 'add', 'iif', bridge, 'lookup', table, 'priority', '100']);
-  await nsProcess(ext, TCP_SERVER, '7000');
+  await outsideWorld(outTag, bridge, transit, Object.values(outside));
 
   const probe = async (host: string, port = 7000) => (await inBox('o1', [process.execPath, '-e', TCP_PROBE, host, String(port)], outNet)).stdout.trim();
 
@@ -552,6 +559,45 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
   logged.length = 0;
   await outNet.init();
   t.same(logged.filter((m) => /written|restored|removed/.test(m)), [], 'init with outbound rewrites nothing the second time');
+});
+
+t.test('a build box reaches the proxy port on its gateway while it is open, and nothing else of the host', async (t) => {
+  const pkgTag = crypto.randomBytes(3).toString('hex');
+  const pkgDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-pkg-test-${pkgTag}-`);
+  const second = Number(boxSubnet.split('.')[1]) === 252 ? 253 : 252;
+  const pkgNet = new CniNetwork({ dataDir: pkgDir, hostTag: pkgTag, boxSubnet: `10.${second}.0.0/16`, outbound: false, logger });
+  undo.push(async () => {
+    await pkgNet.destroyAll();
+    fs.rmSync(pkgDir, { recursive: true, force: true });
+  });
+  await pkgNet.init();
+  const builder = await pkgNet.attach('pb', { index: 1 });
+  await pkgNet.attach('pn', { index: 1 });
+  const proxy = await listen('0.0.0.0');
+  const other = await listen('0.0.0.0');
+  const probe = async (box: string, port: number) => (await inBox(box, [process.execPath, '-e', TCP_PROBE, builder.gateway, String(port)], pkgNet)).stdout.trim();
+
+  t.equal(await probe('pb', portOf(proxy)), 'ECONNREFUSED', 'closed: the build box cannot reach the proxy port');
+  t.equal(await pkgNet.openSources('pb', builder.address, portOf(proxy)), builder.gateway, 'answers the gateway the box reaches it on');
+  await pkgNet.openSources('pb', builder.address, portOf(proxy));
+  t.equal(await probe('pb', portOf(proxy)), 'host service', 'open: the proxy port answers the build box');
+  t.equal(await probe('pb', portOf(other)), 'ECONNREFUSED', 'another port of the host stays closed');
+  t.equal(await probe('pn', portOf(proxy)), 'ECONNREFUSED', 'a neighbour on the same bridge stays closed');
+  t.equal((await iptablesS(pkgNet.chainPkg)).split('\n').filter((l) => l.startsWith('-A ')).length, 1, 'one rule: opening again replaced it');
+  t.same(await pkgNet.sourceBoxes(), ['pb']);
+
+  await pkgNet.closeSources('pb');
+  t.equal(await probe('pb', portOf(proxy)), 'ECONNREFUSED', 'closed again');
+  t.same(await pkgNet.sourceBoxes(), []);
+  await pkgNet.openSources('pb', builder.address, portOf(proxy));
+  await pkgNet.detach('pb', { index: 1 });
+  t.same(await pkgNet.sourceBoxes(), [], 'detach takes it back');
+  await pkgNet.openSources('pn', (await pkgNet.attach('pn', { index: 1 })).address, portOf(proxy));
+  await pkgNet.init();
+  t.same(await pkgNet.sourceBoxes(), [], "a node's start empties them");
+  await t.rejects(pkgNet.openSources('pn', '192.0.2.9', portOf(proxy)), /not in/);
+  proxy.close();
+  other.close();
 });
 
 t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXHOST_PROTECTED_NETS', async (t) => {

@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -207,4 +208,55 @@ t.test('gzip in any chunking: the end-of-archive marker inside a gzip write neit
   const scanned = await stageTar(Readable.from([head, tail]), path.join(dir, 'flushed.tgz'), limits);
   t.equal(scanned.entries, 1);
   t.equal(scanned.bytes, head.length + tail.length);
+});
+
+t.test('an export whose reader goes away leaves no file of the base open', async (t) => {
+  const { root } = scratch(t);
+  for (let i = 0; i < 4; i++) fs.writeFileSync(path.join(root, `big${i}`), crypto.randomBytes(8 << 20));
+  const openUnderRoot = () =>
+    fs.readdirSync('/proc/self/fd').map((f) => {
+      try {
+        return fs.readlinkSync(`/proc/self/fd/${f}`);
+      } catch {
+        return '';
+      }
+    }).filter((p) => p.startsWith(`${root}/`));
+  for (const cut of [1 << 20, 9 << 20, 20 << 20]) {
+    const s = await packBase(root);
+    let n = 0;
+    await new Promise<void>((resolve) => s.on('data', (c: Buffer) => {
+      n += c.length;
+      if (n > cut) {
+        s.pause();
+        resolve();
+      }
+    }));
+    t.ok(openUnderRoot().length > 0 || cut > 16 << 20, 'a file was being read');
+    s.destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    t.same(openUnderRoot(), [], `cut after ${cut >> 20} MiB: nothing left open`);
+  }
+  // And one read to its end: the four files, whole.
+  const chunks: Buffer[] = [];
+  for await (const c of await packBase(root)) chunks.push(c as Buffer);
+  t.ok(Buffer.concat(chunks).length > 32 << 20);
+  t.same(openUnderRoot(), []);
+});
+
+t.test('an export keeps a mode of 0 (as /etc/shadow has in some distributions)', async (t) => {
+  const { dir, root } = scratch(t);
+  fs.mkdirSync(path.join(root, 'etc'));
+  fs.writeFileSync(path.join(root, 'etc/shadow'), 'root:*:1::::::\n');
+  fs.chmodSync(path.join(root, 'etc/shadow'), 0);
+  fs.mkdirSync(path.join(root, 'locked'));
+  fs.chmodSync(path.join(root, 'locked'), 0);
+  const chunks: Buffer[] = [];
+  for await (const c of await packBase(root)) chunks.push(c as Buffer);
+  fs.chmodSync(path.join(root, 'locked'), 0o755);
+  const out = path.join(dir, 'out');
+  fs.mkdirSync(out);
+  await extractTar(Readable.from([Buffer.concat(chunks)]), out, limits);
+  t.equal(fs.statSync(path.join(out, 'etc/shadow')).mode & 0o7777, 0);
+  t.equal(fs.statSync(path.join(out, 'locked')).mode & 0o7777, 0);
+  fs.chmodSync(path.join(out, 'locked'), 0o755);
 });

@@ -150,3 +150,34 @@ t.test('a retry after the script started runs it in a fresh root, its log starte
   t.equal((await baseBuildsRepo.logSince(db, b.row.id, 0)).map((r) => r.text).join(''), 'clean run\n');
   t.match(await baseBuildsRepo.get(db, b.row.id), { status: 'succeeded' });
 });
+
+t.test('the package-source proxy: let in and opened only while the script runs, found in http_proxy', async (t) => {
+  const drivers = createMockDrivers();
+  await drivers.storage.createBase(PARENT, async (dir) => fs.promises.writeFile(path.join(dir, 'hello'), 'hi'));
+  const allowed = new Map<string, string>();
+  const sourcesProxy = {
+    allow: async (id: string, address: string) => {
+      allowed.set(id, address);
+      return 3128;
+    },
+    disallow: (id: string) => void allowed.delete(id),
+  };
+  const steps = new BoxSteps({ db, ...drivers });
+  const bases = new BaseSteps({ storage: drivers.storage, runtime: drivers.runtime, stagingDir: dataDir, limits: { maxUnpackedBytes: 1e9 }, sourcesProxy, network: drivers.network });
+  const h = { ...drivers, steps, bases };
+  const seen: { open: unknown; allowed: boolean; env: unknown }[] = [];
+  h.runtime.execHandler = (boxId, call) => {
+    seen.push({ open: h.network.sources.get(boxId), allowed: allowed.has(boxId), env: (call as { env?: unknown }).env });
+    return { exitCode: 0, stdout: 'ok\n' };
+  };
+  const b = await build(h, 'sourced');
+  t.equal(h.network.sources.size, 0, 'nothing is open before the script');
+  t.same(await run(buildBaseJob, b.payload, h), { attempts: 1 });
+  const box = seen[0];
+  t.match(box.open, { port: 3128, address: /^\d+\.\d+\.\d+\.\d+$/ }, 'while the script ran, the box could reach the proxy port');
+  t.ok(box.allowed, 'and the proxy let it in');
+  const gateway = h.network.layout.block(h.network.layout.indexOf((box.open as { address: string }).address)!).gateway;
+  t.match(box.env, { http_proxy: `http://${gateway}:3128/`, https_proxy: `http://${gateway}:3128/` }, 'apt finds it on the gateway');
+  t.equal(h.network.sources.size, 0, 'nothing open once it ended');
+  t.equal(allowed.size, 0, 'and the proxy let it go');
+});

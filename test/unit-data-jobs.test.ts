@@ -3,7 +3,8 @@
  * volume driver and a real sqlite file: create and its cleanup, backups (full, then incremental
  * on the newest backup still on the volume; a retry sends the same stream; a failure cleans up),
  * restores (the chain, a corrupt or missing stream refused before the volume is touched, a box
- * running with it refused).
+ * running with it refused), moves to another node (restore there, the old node lets its dataset
+ * go when it looks, not while a move back is under way).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -25,6 +26,7 @@ import { MockVolumes } from '../workers/storage/mockVolumes';
 import { backupFiles, VolumeSteps } from '../workers/volumeSteps';
 import { generatedBackupName } from '../domain/volumeData';
 import { reconcileVolumes } from '../workers/reconcileVolumes';
+import { sweepEvictions } from '../workers/volumeEvictions';
 import type { WorkerContext } from '../workers/context';
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-data-'));
@@ -75,9 +77,9 @@ async function backup(volumeId: string, name: string): Promise<BackupRow> {
   return row;
 }
 
-const fresh = () => {
+const fresh = (nodeId = 'n1') => {
   const mock = new MockVolumes();
-  return { mock, steps: new VolumeSteps({ volumes: mock, backupDir }) };
+  return { mock, steps: new VolumeSteps({ volumes: mock, backupDir, nodeId }) };
 };
 
 t.test('create: ready with its dataset; failed for good, the dataset and the row go', async (t) => {
@@ -214,4 +216,59 @@ t.test('reconciliation: volumes and backups whose operation was lost come back t
   await db('operations').insert({ id: newId('op'), kind: 'data.create', status: 'queued', resource: '/v1/data/rec-busy', box_id: 'data:vrecbusy', project: null, node: 'n1', progress: null, error: null, payload: '{}', created_by: null, created_at: at, updated_at: at });
   await reconcileVolumes(ctx);
   t.equal((await volumesRepo.byId(db, 'vrecbusy'))?.state, 'creating');
+});
+
+t.test('a restore of a backup on another node moves the volume there; the old node lets go of its dataset', async (t) => {
+  const one = fresh('n1');
+  const two = fresh('n2');
+  const v = await volume(one.mock, one.steps);
+  v.set('moved-data');
+  const b = await backup(v.id, 'mv');
+  t.same(await runLikeWorker(backupDataJob, { volumeId: v.id, backupId: b.id }, one.steps), { attempts: 1 });
+  const sweepOf = (x: ReturnType<typeof fresh>, nodeId: string) => () => sweepEvictions({ db, volumes: x.mock, config: { nodeId } } as unknown as WorkerContext);
+
+  const wrong = await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id, node: 'n2' }, one.steps);
+  t.match(wrong.error?.message, /ran on node n1/, 'a move runs only on the node it was sent to');
+  t.equal((await volumesRepo.byId(db, v.id))?.node, 'n1');
+  t.equal(one.mock.volumes.get(v.id)?.data, 'moved-data', "and n1's volume is untouched by its clean-up");
+  t.same(await volumesRepo.evictionsOf(db, 'n1'), [], 'nor marked to go');
+
+  // The receive succeeds, the last step fails for good: n2's copy is to go, the volume stays on n1.
+  two.mock.failAlways('info', new Error('zfs get exited 1'));
+  const failed = await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id, node: 'n2' }, two.steps, 2);
+  t.ok(failed.error, 'the move failed');
+  t.match(await volumesRepo.byId(db, v.id), { node: 'n1', state: 'ready' });
+  t.same((await volumesRepo.evictionsOf(db, 'n2')).map((e) => [e.volume_id, e.node]), [[v.id, 'n2']], 'n2 is to let go of what it received');
+  t.same(await sweepOf(two, 'n2')(), [v.id], "n2 let go of the failed move's dataset");
+  t.notOk(two.mock.volumes.has(v.id));
+  t.ok(one.mock.volumes.has(v.id), "n1's is untouched");
+  two.mock.heal();
+
+  const op = newId('op');
+  t.same(await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id, node: 'n2' }, two.steps), { attempts: 1 });
+  t.match(await volumesRepo.byId(db, v.id), { node: 'n2', state: 'ready' }, 'n2 holds the volume');
+  t.equal(two.mock.volumes.get(v.id)?.data, 'moved-data', "with the backup's data");
+  t.same((await volumesRepo.evictionsOf(db, 'n1')).map((e) => e.volume_id), [v.id], 'n1 is to let go of its dataset');
+  t.same(await volumesRepo.evictionsOf(db, 'n2'), [], 'n2 has nothing to let go of');
+
+  // A move back to n1 under way when n1 looks: its dataset stays, the row too.
+  await db('operations').insert({ id: op, kind: 'data.restore', status: 'running', resource: '/v1/data/x', box_id: `data:${v.id}`, project: null, node: 'n1', progress: null, error: null, payload: '{}', created_by: null, created_at: now(), updated_at: now() });
+  t.same(await sweepOf(one, 'n1')(), [], 'not while an operation of the volume is under way');
+  t.ok(one.mock.volumes.has(v.id));
+  await db('operations').where({ id: op }).update({ status: 'succeeded' });
+  t.same(await sweepOf(one, 'n1')(), [v.id], 'then it goes');
+  t.notOk(one.mock.volumes.has(v.id));
+  t.same(await volumesRepo.evictionsOf(db, 'n1'), [], 'and the row with it');
+  t.equal(two.mock.volumes.get(v.id)?.data, 'moved-data', "n2's copy is the volume");
+  t.ok(fs.existsSync(backupFiles(backupDir, v.id, 'mv').stream), 'the backups stay');
+
+  // Moved back to n1 before n2 looked: n2's dataset goes, n1's (the volume) never.
+  t.same(await runLikeWorker(restoreDataJob, { volumeId: v.id, backupId: b.id, node: 'n1' }, one.steps), { attempts: 1 });
+  t.match(await volumesRepo.byId(db, v.id), { node: 'n1' });
+  await volumesRepo.evict(db, v.id, 'n1');
+  t.same(await sweepOf(one, 'n1')(), [], 'a node never destroys a volume it holds');
+  t.ok(one.mock.volumes.has(v.id));
+  t.same(await volumesRepo.evictionsOf(db, 'n1'), [], 'the stale row is forgotten');
+  t.same(await sweepOf(two, 'n2')(), [v.id]);
+  t.notOk(two.mock.volumes.has(v.id));
 });

@@ -168,7 +168,7 @@ t.test('a box with an unfinished operation is left to it', async (t) => {
 
   const report = await reconcile(w.ctx);
   t.same(asked, [opId], 'its job was looked up');
-  t.same(report, { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], failedBuilds: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [] });
+  t.same(report, { lostOperations: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], failedBuilds: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [], movedAway: [] });
   t.match(await boxRow(w, box.id), { status: 'creating', error: null });
   t.match(await operationsRepo.get(w.ctx.db, opId), { status: 'queued', error: null });
   t.ok(await w.storage.hasBoxRoot(box.id), 'its half-made root stays');

@@ -5,11 +5,13 @@ import path from 'node:path';
 import type { BaseRef } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
 import type { BaseHost } from '../jobs/ports';
-import type { RuntimeDriver, StorageDriver } from './drivers';
+import type { NetworkDriver, RuntimeDriver, StorageDriver } from './drivers';
+import type { SourcesProxy } from './bases/sourcesProxy';
 import { extractTar, type TarLimits } from './bases/tarImport';
+import type { RecipeBases } from './bases/recipeBases';
 
-/** Entries one base may hold at most (a Debian base has ~20 000). */
-export const MAX_BASE_ENTRIES = 2_000_000;
+import { MAX_BASE_ENTRIES } from './bases/tarRules';
+export { MAX_BASE_ENTRIES };
 
 export interface BaseStepsDeps {
   storage: StorageDriver;
@@ -19,6 +21,12 @@ export interface BaseStepsDeps {
   limits: Pick<TarLimits, 'maxUnpackedBytes'>;
   /** How long a build script may run (BOXHOST_BUILD_TIMEOUT_SECS). */
   buildTimeoutMs?: number;
+  /** The bases this node makes from a recipe (`debian`). */
+  recipes?: Pick<RecipeBases, 'ensure'>;
+  /** While a build script runs, its box reaches the package sources through this proxy
+   *  (BOXHOST_BUILD_SOURCES); absent: nothing. */
+  sourcesProxy?: Pick<SourcesProxy, 'allow' | 'disallow'>;
+  network?: Pick<NetworkDriver, 'openSources' | 'closeSources'>;
 }
 
 /** Test-only seam, as in boxSteps.ts: the process dies at the step BOXHOST_TEST_CRASH_AT names. */
@@ -73,6 +81,11 @@ export class BaseSteps implements BaseHost {
     return this.d.storage.baseSizeBytes(ref);
   }
 
+  async makeRecipe(ref: BaseRef): Promise<boolean> {
+    if (!this.d.recipes) throw new Error('this node makes no recipe bases');
+    return this.d.recipes.ensure(ref);
+  }
+
   async discardStaged(token: string): Promise<void> {
     await fs.promises.rm(stagedFile(this.d.stagingDir, token), { force: true });
   }
@@ -86,7 +99,29 @@ export class BaseSteps implements BaseHost {
    *  `maxLogBytes` its output is read and dropped (the script is never blocked on its log). */
   async runScript(box: BoxRecord, script: string, output: (text: string) => Promise<void>, maxLogBytes: number): Promise<{ exitCode: number; timedOut: boolean }> {
     const timeoutMs = this.d.buildTimeoutMs ?? 3_600_000;
-    const proc = await this.d.runtime.execStream(box.id, { command: ['/bin/sh', '-c', script], cwd: '/', timeoutMs });
+    const { network, sourcesProxy } = this.d;
+    // The package-source proxy lets this box in for the script's run only; apt and curl find it
+    // in http_proxy (https_proxy too, so that an https fetch is refused at once, not left hanging).
+    const open = network && sourcesProxy && box.address ? { network, proxy: sourcesProxy, address: box.address } : undefined;
+    try {
+      let env: Record<string, string> | undefined;
+      if (open) {
+        const port = await open.proxy.allow(box.id, open.address);
+        const url = `http://${await open.network.openSources(box.id, open.address, port)}:${port}/`;
+        env = { http_proxy: url, HTTP_PROXY: url, https_proxy: url, HTTPS_PROXY: url };
+      }
+      return await this.runScriptIn(box, script, output, maxLogBytes, timeoutMs, env);
+    } finally {
+      if (open) {
+        open.proxy.disallow(box.id);
+        // A rule that would not go is taken by the box's detach, which follows every build.
+        await open.network.closeSources(box.id).catch(() => undefined);
+      }
+    }
+  }
+
+  private async runScriptIn(box: BoxRecord, script: string, output: (text: string) => Promise<void>, maxLogBytes: number, timeoutMs: number, env?: Record<string, string>): Promise<{ exitCode: number; timedOut: boolean }> {
+    const proc = await this.d.runtime.execStream(box.id, { command: ['/bin/sh', '-c', script], cwd: '/', timeoutMs, ...(env ? { env } : {}) });
     crashPoint('base-build:script');
     let pending = '';
     let kept = 0;

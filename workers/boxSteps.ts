@@ -3,9 +3,14 @@ import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
 import { IdMap, projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
+import type { ServiceStartRequest } from '../core/apiTypes';
+import { checkStart, specOf } from '../core/services';
+import { startService } from './agent/localServices';
+import { contractError } from './agent/localNode';
 import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, StorageDriver, VolumeDriver } from './drivers';
 import { volumesRepo } from '../db/repos/volumes';
 import type { Db } from '../db/knex';
+import { RecipeBases } from './bases/recipeBases';
 
 /** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
 export const MAX_GRACE_SECONDS = 300;
@@ -22,6 +27,8 @@ export interface BoxStepsDeps {
   network: NetworkDriver;
   /** Data volumes attached to a box are bound into it at its start. */
   volumes: VolumeDriver;
+  /** Recipe bases (`debian`) are made on the node by the first create that needs them. */
+  recipes?: Pick<RecipeBases, 'ensure'>;
 }
 
 /**
@@ -44,6 +51,8 @@ export class BoxSteps implements BoxHost {
     crashPoint('createRoot');
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
+    // The first box from `debian` on this node waits while it is made (minutes, once).
+    if (source.kind === 'base' && this.d.recipes && RecipeBases.isRecipe(source.base)) await this.d.recipes.ensure(source.base);
     await Promise.all([
       this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, idMap),
       (async () => {
@@ -165,5 +174,17 @@ export class BoxSteps implements BoxHost {
     crashPoint('destroy:network');
     await this.d.storage.destroyBoxRoot(box.id);
     crashPoint('destroy:done');
+  }
+
+  /** A pack instance's service (jobs/packServices.ts): the route's rules, then boxd starts it
+   *  and its gate is looked at from inside the box (workers/agent/localServices.ts). */
+  async startService(box: BoxRecord, req: ServiceStartRequest): Promise<void> {
+    const gate = checkStart(req);
+    try {
+      await startService(await this.d.runtime.services(box.id), specOf(req), gate);
+    } catch (e) {
+      // What the route would answer (a user or cwd the box lacks: 400, nothing retried).
+      throw contractError(e);
+    }
   }
 }

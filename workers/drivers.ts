@@ -134,6 +134,10 @@ export interface VolumeDriver {
   createVolume(volumeId: string, quotaGb: number): Promise<void>;
   /** Destroys the volume with its snapshots. Idempotent. */
   destroyVolume(volumeId: string): Promise<void>;
+  /** Destroys it as destroyVolume does when `ok()`, asked under the lock that orders this pool's
+   *  changes (so no restore swaps a dataset in between the answer and the destroy); answers
+   *  what `ok()` said. A node letting go of a volume that moved away. */
+  destroyVolumeIf(volumeId: string, ok: () => Promise<boolean>): Promise<boolean>;
   hasVolume(volumeId: string): Promise<boolean>;
   /** The volume's mounted directory on the host (what a box's bind mount takes). */
   volumePath(volumeId: string): string;
@@ -200,6 +204,12 @@ export interface NetworkDriver {
   detach(boxId: string, net: ProjectNetwork): Promise<void>;
   /** Box ids that have a netns on this host (for reconciliation). */
   listAttached(): Promise<string[]>;
+  /** Lets the box (at `address`) open TCP connections to `port` on its bridge's gateway address
+   *  (the node's package-source proxy, for a base build's script) until `closeSources` or its
+   *  `detach`; answers that gateway address. Replaces what was open for it. Idempotent. */
+  openSources(boxId: string, address: string, port: number): Promise<string>;
+  /** Takes back what `openSources` opened for the box. Idempotent. */
+  closeSources(boxId: string): Promise<void>;
   /** Removes a project's bridge and its rules once no box of the project is on it; answers
    *  false (and changes nothing) while one still is. Idempotent. */
   releaseProject(net: ProjectNetwork): Promise<boolean>;

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { Queue, type ConnectionOptions, type Worker } from 'bullmq';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../core/config';
@@ -9,9 +10,14 @@ import { boxesRepo } from '../db/repos/boxes';
 import { nodeQueueName } from '../jobs/queue';
 import type { JobHandler } from '../jobs/types';
 import { BoxSteps } from './boxSteps';
+import { LINK_LOCAL } from '../core/netblocks';
+import { PackageSources } from './bases/packageSources';
+import { SourcesProxy } from './bases/sourcesProxy';
+import { RecipeBases, type RecipeBasesDeps } from './bases/recipeBases';
 import { dropStaleUploads, stagingDirOf } from './baseSteps';
 import type { WorkerContext } from './context';
-import { createDrivers, Drivers, prepareHost } from './setup';
+import { createDrivers, Drivers, platformDestinations, prepareHost } from './setup';
+import { sweepEvictions } from './volumeEvictions';
 import { startWorker, WorkerOptions } from './worker';
 import { LocalNode } from './agent/localNode';
 import { Agent, startAgent } from './agent/server';
@@ -19,6 +25,22 @@ import { describeNode, Heartbeat, startHeartbeat } from './heartbeat';
 import { startStorageWatchdog, StorageWatchdog } from './storageWatchdog';
 import { AgentWatchdog, startAgentWatchdog } from './agentWatchdog';
 import { recoverStorage } from './storageRecovery';
+
+/** How often a node looks for datasets of volumes that moved away (one indexed query). */
+const EVICTION_SWEEP_MS = 10_000;
+
+/** Runs `fn` every `ms`, never two at once; answers the closer that stops it. */
+function everyFewSeconds(ms: number, fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  const timer = setInterval(() => {
+    running ??= fn().finally(() => (running = undefined));
+  }, ms);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
+}
 
 export interface NodeOptions {
   config: Config;
@@ -33,6 +55,8 @@ export interface NodeOptions {
   worker?: Partial<Pick<WorkerOptions, 'lockDurationMs' | 'stalledIntervalMs' | 'concurrency'>>;
   /** Drivers to use instead of the machine's (tests). */
   drivers?: Drivers;
+  /** What fills a recipe base instead of mmdebstrap (unit tests with mock drivers). */
+  recipeFill?: RecipeBasesDeps['fill'];
 }
 
 export interface RunningNode {
@@ -67,7 +91,25 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     inspect.on('error', () => undefined);
     closers.push(() => inspect.close());
     const jobState = async (id: string) => ((await inspect.getJob(id)) ? String(await inspect.getJobState(id)) : 'missing');
-    const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers }), jobState };
+    // Where the node's Debian sources are read: BOXHOST_DEBIAN_SOURCES, else apt's own.
+    const sourcePlaces = config.debianSources.length > 0 ? config.debianSources : undefined;
+    const recipes = new RecipeBases({
+      db, storage: drivers.storage, log, workRoot: path.join(config.dataDir, 'recipes'), timeoutMs: config.buildTimeoutSecs * 1000,
+      limits: config.baseImport, sourcePlaces, fill: opts.recipeFill,
+    });
+    // What a build box reaches while its script runs (BOXHOST_BUILD_SOURCES): the node's
+    // package sources, by name, through a proxy of this process.
+    let sourcesProxy: SourcesProxy | undefined;
+    if (config.buildSources) {
+      const sources = new PackageSources(sourcePlaces);
+      // Never where boxes' outbound traffic is refused, whatever a source's name resolves to.
+      let refused: Promise<string[]> | undefined;
+      const refusedNow = () => (refused ??= platformDestinations(config).then((d) => [LINK_LOCAL, config.boxSubnet, ...d.filter((x) => !x.includes(':'))]));
+      const proxy = new SourcesProxy({ endpoints: () => sources.endpoints(), refused: refusedNow, log: log.child({ part: 'sources-proxy' }) });
+      closers.push(() => proxy.close());
+      sourcesProxy = proxy;
+    }
+    const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers, recipes }), recipes, sourcesProxy, jobState };
     const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage, drivers.volumes);
     local.maxConcurrentExecs = config.execLimits.perNode;
     local.baseImports = { stagingDir: stagingDirOf(config), ...config.baseImport };
@@ -91,6 +133,10 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     await worker.waitUntilReady();
     closers.push(() => worker.close());
     log.info({ queue: nodeQueueName(config.nodeId) }, 'taking jobs');
+    // Datasets of volumes moved to another node go soon after the move (docs/data.md).
+    if (opts.role === 'node') closers.push(everyFewSeconds(EVICTION_SWEEP_MS, () => sweepEvictions(ctx).then((gone) => {
+      if (gone.length) log.info({ volumes: gone }, 'let go of the datasets of volumes moved to another node');
+    }).catch((e) => log.warn({ err: String(e) }, 'could not sweep moved volumes'))));
 
     let agent: Agent | undefined;
     if (opts.role === 'node') {

@@ -28,7 +28,7 @@ export interface ReconcileReport extends VolumeReconcileReport {
  * at all (a create that died before its row was written back, a delete that died after) go.
  */
 export async function reconcile(ctx: WorkerContext): Promise<ReconcileReport> {
-  const report: ReconcileReport = { lostOperations: [], failedBuilds: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [] };
+  const report: ReconcileReport = { lostOperations: [], failedBuilds: [], restarted: [], stopped: [], failed: [], orphanContainers: [], orphanRoots: [], orphanNetworks: [], repairedVolumes: [], failedBackups: [], orphanVolumes: [], movedAway: [] };
   // An operation whose job is gone (Redis lost it) or ended without the operation hearing of
   // it (BullMQ gave up on a job that stalled too often) would hold its box's queue forever.
   for (const op of await operationsRepo.unfinishedOnNode(ctx.db, ctx.config.nodeId)) {

@@ -5,6 +5,7 @@ import { pipeline } from 'node:stream/promises';
 import { JobRefused } from '../jobs/types';
 import type { BackupStream, VolumeHost } from '../jobs/ports';
 import type { VolumeDriver } from './drivers';
+import { removeParts } from './storage/followWriter';
 
 /** Test-only seam, as in boxSteps.ts: the process dies at the step BOXHOST_TEST_CRASH_AT names. */
 const crashPoint = (point: string) => void (process.env.BOXHOST_TEST_CRASH_AT === point && process.kill(process.pid, 'SIGKILL'));
@@ -33,7 +34,11 @@ async function sha256Of(file: string): Promise<string> {
  * shared by several nodes (a mounted remote filesystem) lets any of them restore it.
  */
 export class VolumeSteps implements VolumeHost {
-  constructor(private readonly d: { volumes: VolumeDriver; backupDir: string }) {}
+  readonly nodeId: string;
+
+  constructor(private readonly d: { volumes: VolumeDriver; backupDir: string; nodeId: string }) {
+    this.nodeId = d.nodeId;
+  }
 
   async create(volumeId: string, quotaGb: number): Promise<void> {
     await this.d.volumes.createVolume(volumeId, quotaGb);
@@ -95,7 +100,8 @@ export class VolumeSteps implements VolumeHost {
 
   async abandonBackup(volumeId: string, backup: string): Promise<void> {
     const files = backupFiles(this.d.backupDir, volumeId, backup);
-    await Promise.all([files.stream, `${files.stream}.part`, files.manifest, `${files.manifest}.part`].map((f) => fs.promises.rm(f, { force: true })));
+    await Promise.all([files.stream, files.manifest, `${files.manifest}.part`].map((f) => fs.promises.rm(f, { force: true })));
+    await removeParts(files.stream);
     if (await this.d.volumes.hasVolume(volumeId)) await this.d.volumes.dropBackupSnapshot(volumeId, backup);
   }
 }

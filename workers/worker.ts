@@ -2,7 +2,7 @@ import { ConnectionOptions, DelayedError, Job, UnrecoverableError, Worker } from
 import IORedis, { RedisOptions } from 'ioredis';
 import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations';
 import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
-import type { JobContext, JobEnvelope, JobHandler } from '../jobs/types';
+import { JobNotYet, type JobContext, type JobEnvelope, type JobHandler } from '../jobs/types';
 import { BaseSteps, stagingDirOf } from './baseSteps';
 import { VolumeSteps } from './volumeSteps';
 import { publicReason } from '../jobs/publicReason';
@@ -36,8 +36,8 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     await publisher.publish(operationsChannel(opts.prefix), id).catch(() => undefined);
   };
 
-  const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport, buildTimeoutMs: ctx.config.buildTimeoutSecs * 1000 });
-  const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir });
+  const bases = new BaseSteps({ storage: ctx.storage, runtime: ctx.runtime, stagingDir: stagingDirOf(ctx.config), limits: ctx.config.baseImport, buildTimeoutMs: ctx.config.buildTimeoutSecs * 1000, recipes: ctx.recipes, sourcesProxy: ctx.sourcesProxy, network: ctx.network });
+  const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir, nodeId: ctx.config.nodeId });
 
   /** The context a handler runs with, for the attempt that is starting now. */
   const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
@@ -91,6 +91,11 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       log.info('operation succeeded');
     } catch (e) {
       const err = e as Error;
+      if (err instanceof JobNotYet) {
+        await operationsRepo.update(ctx.db, operationId, { status: 'queued', error: `waiting: ${err.message}` });
+        await job.moveToDelayed(Date.now() + err.retryInMs, token);
+        throw new DelayedError();
+      }
       const final = err instanceof UnrecoverableError || jctx.lastAttempt;
       // The full error (command line, paths, stderr) stays in the node's log under the
       // operation id; the row, which project tokens read, gets the public reason only.

@@ -1,10 +1,11 @@
 import { isUtf8 } from 'node:buffer';
 import express, { NextFunction, Request, Response, Router } from 'express';
 import Joi from 'joi';
+import YAML from 'yaml';
 import type { ApiContext } from '../context';
 import type { Identity } from '../../domain/context';
 import { authenticate } from '../../domain/tokens';
-import { forbidden, invalid, unauthenticated } from '../../core/errors';
+import { BoxhostError, forbidden, invalid, unauthenticated } from '../../core/errors';
 import { NotUnicodeError, StatusError } from './errorHandler';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -52,6 +53,9 @@ export interface RouteDef<B = any, Q = any, P = any> {
   bodyLimit?: string;
   /** The route reads the raw request stream itself (no JSON parsing). */
   rawBody?: boolean;
+  /** A YAML body (Content-Type application/yaml, text/yaml, their x- forms) is taken too, parsed
+   *  into the same value a JSON body gives, then validated the same way. */
+  yaml?: boolean;
   responses: Record<number, ResponseDoc>;
   handler(ctx: RouteContext<B, Q, P>): Promise<Reply | void>;
 }
@@ -91,6 +95,47 @@ const utf8Only: express.RequestHandler = (req, _res, next) => {
     { field: 'content-type', issue: 'charset must be utf-8' },
   ]));
 };
+
+const YAML_TYPES = ['application/yaml', 'application/x-yaml', 'text/yaml', 'text/x-yaml'];
+
+/** A YAML body becomes the value JSON would have given: no custom tags, aliases bounded (a
+ *  "billion laughs" document is refused), one document. */
+const parseYamlBody: express.RequestHandler = (req, _res, next) => {
+  if (typeof req.body !== 'string' || !req.is(YAML_TYPES)) return next();
+  try {
+    // No tag beyond plain JSON's values: !!binary, !!timestamp, !!set and the like would give
+    // Buffers, Dates and Maps that a schema takes for empty objects.
+    const doc = YAML.parseDocument(req.body, { schema: 'core', uniqueKeys: true, resolveKnownTags: false });
+    if (doc.errors.length > 0) throw doc.errors[0];
+    if (doc.warnings.length > 0) throw doc.warnings[0];
+    const value = doc.toJS({ maxAliasCount: 100 }) as unknown;
+    // Aliases can make a small document large: the JSON limit holds for what it means, counted
+    // while it is walked (never built first).
+    plainTree(value, '', { bytes: 0 });
+    req.body = value ?? {};
+    next();
+  } catch (e) {
+    next(e instanceof StatusError || e instanceof NotUnicodeError || e instanceof BoxhostError ? e : invalid(`the body is not valid YAML: ${(e as Error).message.split('\n')[0]}`, [{ field: 'body', issue: 'is not valid YAML' }]));
+  }
+};
+
+const YAML_MAX_BYTES = 1024 * 1024;
+
+/** Only what JSON could have said (plain objects, arrays, strings, finite numbers, booleans,
+ *  null), every string well-formed Unicode. */
+function plainTree(v: unknown, key: string, size: { bytes: number }): void {
+  wellFormed(key, typeof v === 'string' ? v : undefined);
+  size.bytes += key.length + 4 + (typeof v === 'string' ? v.length : 8);
+  if (size.bytes > YAML_MAX_BYTES) throw new StatusError(413, 'payload_too_large', 'the YAML body means more than 1 MiB of JSON');
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return;
+  if (typeof v === 'number' && Number.isFinite(v)) return;
+  if (Array.isArray(v)) return v.forEach((x) => plainTree(x, '', size));
+  if (typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
+    for (const [k, x] of Object.entries(v as object)) plainTree(x, k, size);
+    return;
+  }
+  throw invalid(`the YAML body holds a value JSON cannot (${key ? `at ${key}` : 'a tagged or special value'})`, [{ field: key || 'body', issue: 'not a plain JSON value' }]);
+}
 
 /** Bytes that are not UTF-8 are refused (400) instead of being stored as U+FFFD. */
 function verifyUtf8(_req: unknown, _res: unknown, buf: Buffer): void {
@@ -132,6 +177,7 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
     const handlers: express.RequestHandler[] = [];
     if (!def.rawBody && def.method !== 'get' && def.method !== 'delete') {
       handlers.push(utf8Only, express.json({ limit: def.bodyLimit ?? '1mb', strict: false, verify: verifyUtf8, reviver: wellFormed }));
+      if (def.yaml) handlers.push(express.text({ type: YAML_TYPES, limit: def.bodyLimit ?? '1mb', verify: verifyUtf8 }), parseYamlBody);
     }
     handlers.push(async (req: Request, res: Response, next: NextFunction) => {
       try {

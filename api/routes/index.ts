@@ -28,6 +28,13 @@ import deleteBox from './boxes/delete';
 import stopBox from './boxes/stop';
 import resumeBox from './boxes/resume';
 import execBox from './boxes/exec';
+import runVerb from './boxes/verb';
+import installPack from './packs/install';
+import listPacks from './packs/list';
+import getPack from './packs/get';
+import deletePack from './packs/delete';
+import listEvents from './events/list';
+import streamEvents from './events/stream';
 import publishBox from './boxes/publish';
 import unpublishBox from './boxes/unpublish';
 import startService from './services/start';
@@ -73,6 +80,7 @@ import deleteBase from './bases/delete';
 import exportBase from './bases/export';
 import saveBase from './bases/save';
 import importBase from './bases/import';
+import buildRecipeBase from './bases/build';
 import listNodes from './nodes/list';
 import getNode from './nodes/get';
 import updateNode from './nodes/update';
@@ -93,9 +101,10 @@ export const routes: RouteDef[] = [
   createSnapshot, listSnapshots, getSnapshot, restoreSnapshot, deleteSnapshot,
   statFile, listFiles, getFile, putFile, deleteFile,
   createTicket,
-  listBases, importBase, getBase, deleteBase, exportBase, saveBase, startBaseBuild, getBaseBuild, baseBuildLogs,
+  listBases, importBase, getBase, deleteBase, exportBase, saveBase, buildRecipeBase, startBaseBuild, getBaseBuild, baseBuildLogs,
   createVolume, listVolumes, getVolume, deleteVolume, attachVolume, detachVolume, createDataSnapshot, listDataSnapshots, deleteDataSnapshot,
   createBackup, listBackups, getBackup, restoreVolume,
+  installPack, listPacks, getPack, deletePack, runVerb, listEvents, streamEvents,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

@@ -63,6 +63,9 @@ interface CreateOptions extends JobOptions {
   env?: Record<string, string>;
   tag?: Record<string, string>;
   data?: { name: string; path: string; read_only: boolean }[];
+  pack?: string;
+  dev?: boolean;
+  envFrom?: Record<string, string>;
 }
 
 /** `--data NAME:/path[:ro]` (repeatable). */
@@ -101,6 +104,9 @@ export function register(program: Command): void {
     .option('--env <KEY=VALUE>', 'environment variable of the box (repeatable)', keyValue)
     .option('--tag <KEY=VALUE>', 'tag (repeatable)', keyValue)
     .option('--data <NAME:/path[:ro]>', 'mount data volume NAME at /path (repeatable; :ro read-only)', dataMount)
+    .option('--pack <pack>', 'make it an instance of this installed pack (its base; box verb runs its verbs)')
+    .option('--dev', 'with --pack: lifecycle dev')
+    .option('--env-from <ALIAS=BOX>', "another instance's outputs as ALIAS_KEY variables (repeatable)", keyValue)
     .option('--wait', waitHelp)
     .action(
       action<CreateOptions>((ctx, [name], o) =>
@@ -113,6 +119,9 @@ export function register(program: Command): void {
             environment: o.env,
             tags: o.tag,
             ...(o.data ? { data_mounts: o.data } : {}),
+            ...(o.pack ? { pack: o.pack } : {}),
+            ...(o.dev ? { lifecycle: 'dev' } : {}),
+            ...(o.envFrom ? { env_from: Object.entries(o.envFrom).map(([alias, box]) => ({ alias, box })) } : {}),
           }),
         ),
       ),

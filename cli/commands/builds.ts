@@ -1,10 +1,10 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import type { BaseBuild, BaseBuildStart } from '../../core/apiTypes';
+import type { Base, BaseBuild, BaseBuildStart } from '../../core/apiTypes';
 import { UsageError } from '../client';
 import { action, Ctx } from '../context';
 import { OperationFailed, pollOperation } from '../jobs';
-import { formatTime, printFields, say } from '../output';
+import { formatBytes, formatTime, printFields, say } from '../output';
 
 const showBuild = (b: BaseBuild) =>
   printFields([
@@ -84,7 +84,32 @@ export function register(program: Command): void {
   );
 }
 
-/** `box base build NAME …`: the same as `box build start`. */
+/**
+ * `box base build debian`: a built-in recipe base made on a node now (POST /v1/bases/NAME/build),
+ * waiting with progress unless --no-wait.
+ */
+async function buildRecipe(ctx: Ctx, name: string, o: StartOptions & { node?: string }): Promise<void> {
+  const r = await ctx.client.request<Base>('POST', `/v1/bases/${encodeURIComponent(name)}/build`, { body: o.node ? { node: o.node } : {} });
+  const answered = r.body as Base;
+  const opId = String(r.headers['operation-id']);
+  if (o.wait === false) {
+    return ctx.show(answered, () => {
+      say(`making base ${name}@${answered.version}: accepted`);
+      say(`operation: ${opId} (follow it with: box op wait ${opId})`);
+    });
+  }
+  const label = { doing: 'making', done: 'made', what: `base ${name}@${answered.version}` };
+  const op = await pollOperation(ctx, opId, label);
+  if (op.status === 'failed') throw new OperationFailed(op, label);
+  const base = (await ctx.client.get<Base>(`/v1/bases/${encodeURIComponent(name)}@${answered.version}`)).body;
+  ctx.show(base, (b) => say(`base ${b.name}@${b.version} is ready (${formatBytes(b.size_bytes)})`));
+}
+
+/** `box base build NAME …`: with --parent and a script the same as `box build start`; without
+ *  them NAME is a built-in recipe base (`debian`) made on a node now. */
 export function registerUnderBase(base: Command): void {
-  startFlags(base.command('build <name>').description('build a base from a parent and a script (= box build start)')).action(action<StartOptions>((ctx, [name], o) => start(ctx, name, o)));
+  startFlags(base.command('build <name>').description('build a base from a parent and a script (= box build start); without them, make a built-in recipe base now: box base build debian'))
+    .option('--node <node>', 'recipe bases: the node to make it on')
+    .option('--no-wait', 'recipe bases: answer at once instead of waiting')
+    .action(action<StartOptions & { node?: string }>((ctx, [name], o) => (o.parent === undefined && o.script === undefined && o.scriptFile === undefined ? buildRecipe(ctx, name, o) : start(ctx, name, o))));
 }

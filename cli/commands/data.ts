@@ -153,11 +153,15 @@ export function register(program: Command): void {
   data.command('restore <name>').description('restore a volume to a snapshot or a backup (stop the boxes that mount it first)')
     .option('--snapshot <snapshot>', 'one of its snapshots')
     .option('--backup <backup>', 'one of its backups (checked against its sha256 first)')
+    .option('--node <node>', 'with --backup: restore it on this node, which then holds the volume (detach it first; both nodes must share the backup directory)')
     .option('--wait', 'wait for it to finish, showing progress')
     .action(
-      action<{ snapshot?: string; backup?: string; wait?: boolean }>(async (ctx, [name], o) => {
-        const r = await ctx.client.request<DataVolume>('POST', volPath(name, 'restore'), { body: o.snapshot !== undefined ? { snapshot: o.snapshot, ...(o.backup !== undefined ? { backup: o.backup } : {}) } : { backup: o.backup } });
-        const op = await follow(ctx, String(r.headers['operation-id']), { doing: 'restoring', done: 'restored', what: `data volume ${name}` }, Boolean(o.wait));
+      action<{ snapshot?: string; backup?: string; node?: string; wait?: boolean }>(async (ctx, [name], o) => {
+        // Whatever was given goes to the api, which names what is wrong with it (both, neither, --node without --backup).
+        const body = Object.fromEntries(Object.entries({ snapshot: o.snapshot, backup: o.backup, node: o.node }).filter(([, v]) => v !== undefined));
+        const r = await ctx.client.request<DataVolume>('POST', volPath(name, 'restore'), { body });
+        const moving = o.node !== undefined;
+        const op = await follow(ctx, String(r.headers['operation-id']), { doing: moving ? `moving to node ${o.node}` : 'restoring', done: moving ? `moved to node ${o.node}` : 'restored', what: `data volume ${name}` }, Boolean(o.wait));
         ctx.show(op ? (await ctx.client.get<DataVolume>(volPath(name))).body : (r.body as DataVolume), showVolume);
       }),
     );

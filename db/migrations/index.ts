@@ -9,6 +9,8 @@ import * as m007 from './007_publishes';
 import * as m008 from './008_bases';
 import * as m009 from './009_data';
 import * as m010 from './010_base_builds';
+import * as m011 from './011_volume_moves';
+import * as m012 from './012_packs';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -23,6 +25,8 @@ const all: Record<string, Migration> = {
   '008_bases': m008,
   '009_data': m009,
   '010_base_builds': m010,
+  '011_volume_moves': m011,
+  '012_packs': m012,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -35,6 +35,8 @@ export const baseBuildsRepo = {
   insert: (db: Db, row: BaseBuildRow) => db<BaseBuildRow>('base_builds').insert(row),
   update: (db: Db, id: string, patch: Partial<BaseBuildRow>) => db<BaseBuildRow>('base_builds').where({ id }).update({ ...patch, updated_at: now() }),
   /** The build of `base@version` still queued or running, if any. */
+  /** The newest build of base@version, whatever its status. */
+  latest: (db: Db, base: string, version: string) => db<BaseBuildRow>('base_builds').where({ base, version }).orderBy('created_at', 'desc').first(),
   active: (db: Db, base: string, version: string) => db<BaseBuildRow>('base_builds').where({ base, version }).whereIn('status', ['queued', 'running']).first(),
   async appendLog(db: Db, id: string, text: string): Promise<void> {
     if (!text) return;

@@ -84,6 +84,8 @@ export const boxesRepo = {
     return r ? decodeBox(r) : undefined;
   },
   insert: (db: Db, b: BoxRecord) => db<BoxRow>('boxes').insert(encode(b) as BoxRow),
+  /** creating → running, only from creating (a delete that came meanwhile keeps its status). */
+  markCreated: (db: Db, id: string) => db<BoxRow>('boxes').where({ id, status: 'creating' }).update({ status: 'running', error: null, updated_at: now() }),
   update: (db: Db, id: string, patch: Partial<BoxRecord>) => db<BoxRow>('boxes').where({ id }).update({ ...encode(patch), updated_at: now() }),
   /** The row and what hangs on it (its publishes). */
   remove: async (db: Db, id: string) => {

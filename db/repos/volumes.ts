@@ -56,6 +56,25 @@ export const volumesRepo = {
     if (projects) q.whereIn('project', projects);
     return q;
   },
+  /**
+   * The end of a move (docs/data.md "Moving a volume to another node"): node `to` holds the
+   * volume now; the node it left is to destroy its old dataset (one row per node left, so a
+   * second move before the first node looked still reaches it); `to` has nothing to let go of.
+   */
+  async settleMove(db: Db, id: string, to: string, patch: Partial<VolumeRow>): Promise<void> {
+    await db.transaction(async (trx) => {
+      const vol = await trx<VolumeRow>('data_volumes').where({ id }).forUpdate().first();
+      if (!vol) return;
+      if (vol.node !== to) await trx('data_evictions').insert({ volume_id: id, node: vol.node, created_at: now() }).onConflict(['volume_id', 'node']).ignore();
+      await trx('data_evictions').where({ volume_id: id, node: to }).delete();
+      await trx<VolumeRow>('data_volumes').where({ id }).update({ ...patch, node: to, updated_at: now() });
+    });
+  },
+  /** Node `node` is to destroy its dataset of the volume (a move that failed after its receive). */
+  evict: (db: Db, id: string, node: string) => db('data_evictions').insert({ volume_id: id, node, created_at: now() }).onConflict(['volume_id', 'node']).ignore(),
+  evictionPending: async (db: Db, id: string, node: string) => Boolean(await db('data_evictions').where({ volume_id: id, node }).first()),
+  evictionsOf: (db: Db, node: string) => db<{ volume_id: string; node: string }>('data_evictions').where({ node }).orderBy('volume_id'),
+  forgetEviction: (db: Db, id: string, node: string) => db('data_evictions').where({ volume_id: id, node }).delete(),
   /** Locks the row until the transaction ends (Postgres; sqlite's writer is alone already). */
   lock: (db: Db, id: string) => db<VolumeRow>('data_volumes').where({ id }).forUpdate().first(),
   insert: (db: Db, row: VolumeRow) => db<VolumeRow>('data_volumes').insert(row),

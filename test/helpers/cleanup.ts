@@ -34,8 +34,24 @@ export async function cleanupHost(config: Config, report: (line: string) => void
   // `remove` never saw) are let go the way reconciliation lets them go.
   await step('releasing user namespaces', () => runtime.tidy());
   const storage = new ZfsStorage({ dataDir: config.dataDir, poolSizeGb: config.poolSizeGb, hostTag: config.hostTag });
-  await step('destroying the pool', () => storage.destroyPool());
+  // zfs-fuse may hold a pool busy for a while after its last mount went (a loaded machine, a
+  // box process still exiting): tried again for up to a minute before it counts as left.
+  let poolGone = false;
+  await step('destroying the pool', async () => {
+    for (let i = 1; ; i++) {
+      try {
+        await storage.destroyPool();
+        poolGone = true;
+        return;
+      } catch (e) {
+        if (i >= 12 || !/busy/i.test(String(e))) throw e;
+        await new Promise((r) => setTimeout(r, 5000));
+      }
+    }
+  });
   await step('removing the data dir', async () => {
+    // Its pool's image file is in it: never removed under a pool still imported.
+    if (!poolGone) throw new Error('kept: its pool could not be destroyed');
     // Never recurse into something still mounted there (a dataset, a root's bind mount).
     const mounted = fs
       .readFileSync('/proc/self/mountinfo', 'utf8')

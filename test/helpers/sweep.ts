@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { cleanupHost } from './cleanup';
+import { ensureNetnsDir, NETNS_DIR } from '../../workers/runtime/netnsDir';
 import { loadConfig } from '../../core/config';
 
 /**
@@ -93,6 +94,9 @@ function removeDir(dir: string): void {
 }
 
 async function main(): Promise<void> {
+  // Before any test host mounts a netns: /run/netns its own shared mount (netnsDir.ts), so
+  // that two test files starting side by side on a fresh machine cannot hide each other's.
+  await ensureNetnsDir(NETNS_DIR, (m) => process.stderr.write(`sweep: ${m}\n`));
   const now = Date.now();
   const stale = (p: string) => now - fs.statSync(p).mtimeMs >= STALE_MS;
   let swept = 0;

@@ -24,6 +24,9 @@ const ENTRY_COST = 512;
 /** The names the rules keep in memory, together (bytes). */
 const MAX_NAME_BYTES = 256 * 1024 * 1024;
 
+/** Entries one base may hold at most (a Debian base has ~10 000). */
+export const MAX_BASE_ENTRIES = 2_000_000;
+
 export type EntryKind = 'dir' | 'file' | 'symlink' | 'hardlink';
 
 /** What the rules allow an entry to become (`drop`: skipped, counted in the summary). */

@@ -2,15 +2,16 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run } from '../../core/command';
-import { defaultProjectPrefix, formatIpv4, NetLayout, parseIpv4 } from '../../core/netblocks';
+import { defaultProjectPrefix, formatIpv4, LINK_LOCAL, NetLayout, parseIpv4 } from '../../core/netblocks';
 import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
+import { SourceRules } from './sourceRules';
+import { ensureNetnsDir } from '../runtime/netnsDir';
 import { checkLayout, LayoutState, lockLayout } from './layoutLock';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
 const NETNS_DIR = '/run/netns';
 /** Link-local, where cloud metadata services answer (169.254.169.254). */
-const LINK_LOCAL = '169.254.0.0/16';
 /** A release takes milliseconds; a mark older than this was left by a process that died. */
 const RELEASE_MARK_TTL_MS = 60_000;
 
@@ -168,6 +169,13 @@ export class CniNetwork implements NetworkDriver {
   get chainNat(): string {
     return `BH-${this.hostTag}-NAT`;
   }
+  /** Which build boxes may reach the node's package-source proxy (sourceRules.ts). */
+  get chainPkg(): string {
+    return `BH-${this.hostTag}-PKG`;
+  }
+  private get sourceRules(): SourceRules {
+    return new SourceRules(() => this.iptables(), this.chainPkg);
+  }
 
   /** The nftables table (family bridge) holding the per-box port chains. */
   get portTable(): string {
@@ -211,6 +219,7 @@ export class CniNetwork implements NetworkDriver {
   async init(): Promise<void> {
     this.guarded.clear();
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
+    await ensureNetnsDir(NETNS_DIR, (msg) => this.logger?.warn({}, msg));
     await this.lockLayout();
     // Bridged (same-bridge) traffic must pass iptables for the physdev rule to see it; and
     // forwarding must be on for outbound NAT (the bridge plugin turns it on anyway).
@@ -221,8 +230,12 @@ export class CniNetwork implements NetworkDriver {
     const ipt = await this.iptables();
     const br = `${this.bridgePrefix}+`;
     await this.syncBridgeRules(ipt);
+    // Emptied: a build whose node restarts is run again from a fresh box, which opens its own.
+    await this.ensureChain(ipt, 'filter', this.chainPkg, []);
     await this.ensureChain(ipt, 'filter', this.chainIn, [
       ['-j', this.chainSrc],
+      // A build box whose script runs reaches the package-source proxy (openSources).
+      ['-j', this.chainPkg],
       ['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT'],
       ['-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
       ['-j', 'DROP'],
@@ -758,6 +771,8 @@ export class CniNetwork implements NetworkDriver {
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {
     const t0 = Date.now();
     const veth = await this.markedVeth(boxId);
+    // Before DEL frees the address: a box given it next must not inherit a build's opening.
+    await this.sourceRules.close(boxId);
     await fs.promises.rm(this.attachedMark(boxId), { force: true });
     // DEL works (and frees the address) whether or not the netns is still there. A network
     // outside the layout holds no lease (the layout lock): nothing to free.
@@ -769,6 +784,25 @@ export class CniNetwork implements NetworkDriver {
       throw new CommandError(['ip', 'netns', 'delete', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
     }
     this.logger?.debug({ boxId, ms: Date.now() - t0 }, 'cni del');
+  }
+
+  async openSources(boxId: string, address: string, port: number): Promise<string> {
+    if (!BOX_ID_RE.test(boxId)) throw new Error(`invalid box id ${boxId}`);
+    const index = this.layout.indexOf(address);
+    if (index === null) throw new Error(`box address ${address} is not in ${this.boxSubnet}`);
+    const gateway = this.gateway(index);
+    await this.sourceRules.open(boxId, address, gateway, port);
+    return gateway;
+  }
+
+  async closeSources(boxId: string): Promise<void> {
+    if (!BOX_ID_RE.test(boxId)) throw new Error(`invalid box id ${boxId}`);
+    await this.sourceRules.close(boxId);
+  }
+
+  /** Boxes with package-source rules (for tests). */
+  sourceBoxes(): Promise<string[]> {
+    return this.sourceRules.boxes();
   }
 
   async listAttached(): Promise<string[]> {
@@ -844,6 +878,7 @@ export class CniNetwork implements NetworkDriver {
       await this.removeChain(ipt, 'filter', this.chainSrc, []);
       await this.removeChain(ipt, 'filter', this.chainOut, []);
       await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
+      await this.removeChain(ipt, 'filter', this.chainPkg, []);
     }
     const rs = await this.nftRuleset().catch(() => null);
     if (rs?.some((o) => o.table?.family === 'bridge' && o.table.name === this.portTable)) await this.nft([`delete table bridge ${this.portTable}`]);

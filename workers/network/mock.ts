@@ -60,6 +60,23 @@ export class MockNetwork extends WithFaults<Method> implements NetworkDriver {
     this.fault('detach');
     this.leases.get(net.index)?.delete(boxId);
     this.netns.delete(boxId);
+    this.sources.delete(boxId);
+  }
+
+  /** What `openSources` opened, by box id (for assertions). */
+  readonly sources = new Map<string, { address: string; port: number }>();
+
+  async openSources(boxId: string, address: string, port: number): Promise<string> {
+    this.fault('openSources');
+    this.sources.set(boxId, { address, port });
+    const index = this.layout.indexOf(address);
+    if (index === null) throw new Error(`box address ${address} is in no project block`);
+    return this.layout.block(index).gateway;
+  }
+
+  async closeSources(boxId: string): Promise<void> {
+    this.fault('closeSources');
+    this.sources.delete(boxId);
   }
 
   netnsPath(boxId: string): string {

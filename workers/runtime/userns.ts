@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { IdMap } from '../../core/box';
 import { run, sleep } from '../../core/command';
+import { ensureNetnsDir } from './netnsDir';
 
 /**
  * A box's user namespace and the network namespace that belongs to it.
@@ -69,6 +70,8 @@ export class BoxNamespaces {
   async make(containerId: string, netnsPath: string, idMap: IdMap): Promise<void> {
     const userns = this.usernsPath(containerId);
     await Promise.all([fs.promises.mkdir(this.dir, { recursive: true, mode: 0o700 }), fs.promises.mkdir(path.dirname(netnsPath), { recursive: true })]);
+    // The netns must be mounted in /run/netns as its own mount, never under it (netnsDir.ts).
+    await ensureNetnsDir(path.dirname(netnsPath));
     // Bind mount targets must exist.
     await Promise.all([touch(userns), touch(netnsPath)]);
     // The holder: a process in a new user namespace and a netns made inside it. It waits on its

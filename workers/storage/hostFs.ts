@@ -33,13 +33,20 @@ export function mountFlags(dir: string): Set<string> | null {
   return found;
 }
 
-export function mountedUnder(dir: string): boolean {
+/** Mount points strictly under `dir`, deepest first (from /proc/self/mountinfo). */
+export function mountsUnder(dir: string): string[] {
   const prefix = path.resolve(dir) + '/';
+  return fs
+    .readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => (l.split(' ')[4] ?? '').replace(/\\040/g, ' '))
+    .filter((m) => m.startsWith(prefix))
+    .sort((a, b) => b.length - a.length);
+}
+
+export function mountedUnder(dir: string): boolean {
   try {
-    return fs
-      .readFileSync('/proc/mounts', 'utf8')
-      .split('\n')
-      .some((l) => (l.split(' ')[1] ?? '').replace(/\\040/g, ' ').startsWith(prefix));
+    return mountsUnder(dir).length > 0;
   } catch {
     return true;
   }

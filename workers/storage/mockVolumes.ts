@@ -41,6 +41,12 @@ export class MockVolumes extends WithFaults<Method> implements VolumeDriver {
     this.volumes.delete(id);
   }
 
+  async destroyVolumeIf(id: string, ok: () => Promise<boolean>): Promise<boolean> {
+    if (!(await ok())) return false;
+    await this.destroyVolume(id);
+    return true;
+  }
+
   async hasVolume(id: string): Promise<boolean> {
     return this.volumes.has(id);
   }
@@ -55,6 +61,7 @@ export class MockVolumes extends WithFaults<Method> implements VolumeDriver {
   }
 
   async info(id: string): Promise<VolumeInfo> {
+    this.fault('info');
     const v = this.get(id);
     return {
       usedBytes: v.data.length,

@@ -17,6 +17,7 @@ import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { pipeline } from 'node:stream/promises';
 import { CommandError } from '../../core/command';
+import { FollowWriter, removeParts } from './followWriter';
 import type { BackupStreamInfo, BoxSnapshotInfo, IdMap, VolumeDriver, VolumeInfo } from '../drivers';
 import { DESCRIPTION_PROP, isExists, isMissing, lines, quotaArg, snapName, StorageInUseError, USER_SNAPSHOT, type ZfsKit } from './zfs';
 
@@ -65,10 +66,16 @@ export class ZfsVolumes implements VolumeDriver {
   }
 
   async destroyVolume(id: string): Promise<void> {
-    await this.k.serialized(async () => {
+    await this.destroyVolumeIf(id, async () => true);
+  }
+
+  async destroyVolumeIf(id: string, ok: () => Promise<boolean>): Promise<boolean> {
+    return this.k.serialized(async () => {
+      if (!(await ok())) return false;
       await this.k.destroyDataset(this.dataset(id));
       await this.k.destroyDataset(`${this.k.root}/tmp/restore-${id}`);
       await this.k.destroyDataset(`${this.k.root}/tmp/old-${id}`);
+      return true;
     });
   }
 
@@ -179,18 +186,25 @@ export class ZfsVolumes implements VolumeDriver {
   /**
    * `zfs send` straight into the file (its stdout is the file, as `zfs send > file`: no copy
    * through this process), not through the gate of short `zfs` commands (a send may run for
-   * minutes); then fsynced and hashed from the page cache. Written as `.part` and renamed at the
-   * end, so a file under its final name is always whole. Progress: the file's size, each second.
+   * minutes). Hashed and flushed while it is written (`FollowWriter`: the sha256 read from the
+   * page cache right behind the send, fdatasync every 32 MiB), so the end waits only for the
+   * tail. Written as `.part-<random>` (one per attempt) and renamed at the end, so a file under
+   * its final name is always whole. Progress: the bytes hashed so far, each second.
    */
   async sendBackup(id: string, backup: string, parent: string | null, file: string, progress?: (bytes: number) => void): Promise<BackupStreamInfo> {
     const snap = this.backupSnapshot(id, backup);
     const args = ['send', ...(parent ? ['-i', this.backupSnapshot(id, parent)] : []), snap];
     await fs.promises.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
-    const part = `${file}.part`;
-    const out = await fs.promises.open(part, 'w', 0o600);
-    let code: number | null;
+    // A name of this attempt's own: the send of an attempt whose worker was killed may still be
+    // writing into the last one (it outlives its parent), and would corrupt what this one hashes.
+    await removeParts(file);
+    const part = `${file}.part-${crypto.randomBytes(6).toString('hex')}`;
+    const out = await fs.promises.open(part, 'wx', 0o600);
+    let code: number | null = null;
+    let sent: { bytes: number; sha256: string } | undefined;
     const stderr: Buffer[] = [];
-    const timer = progress ? setInterval(() => void out.stat().then((st) => progress(st.size), () => undefined), 1000) : undefined;
+    const follower = new FollowWriter(part, out);
+    const timer = progress ? setInterval(() => progress(follower.bytes), 1000) : undefined;
     try {
       const child = spawn(this.k.zfsBin, args, { stdio: ['ignore', out.fd, 'pipe'] });
       child.stderr!.on('data', (b: Buffer) => stderr.length < 64 && stderr.push(b));
@@ -198,23 +212,18 @@ export class ZfsVolumes implements VolumeDriver {
         child.on('error', reject);
         child.on('close', resolve);
       });
-      if (code === 0) await out.sync();
+      if (code === 0) sent = await follower.finish();
     } finally {
       if (timer) clearInterval(timer);
+      if (!sent) await follower.abandon();
       await out.close();
     }
-    if (code !== 0) {
+    if (code !== 0 || !sent) {
       await fs.promises.rm(part, { force: true });
       throw new CommandError([this.k.zfsBin, ...args], code, '', Buffer.concat(stderr).toString());
     }
-    const hash = crypto.createHash('sha256');
-    let bytes = 0;
-    for await (const chunk of fs.createReadStream(part, { highWaterMark: 1024 * 1024 })) {
-      hash.update(chunk as Buffer);
-      bytes += (chunk as Buffer).length;
-    }
     await fs.promises.rename(part, file);
-    return { bytes, sha256: hash.digest('hex') };
+    return sent;
   }
 
   async receiveBackups(id: string, files: string[], quotaGb: number, token: string): Promise<void> {
@@ -285,3 +294,4 @@ export class ZfsVolumes implements VolumeDriver {
     return lines(r.stdout).map((n) => n.slice(`${this.k.root}/data/`.length)).filter((n) => VOLUME_ID.test(n));
   }
 }
+

@@ -1,6 +1,6 @@
 import Joi from 'joi';
-import { pipeline } from 'node:stream/promises';
 import { defineRoute } from '../../http/route';
+import { streamText } from '../../http/textStream';
 import { buildLog } from '../../../domain/baseBuilds';
 import { buildParams, BuildParams } from './schemas';
 
@@ -14,12 +14,6 @@ export default defineRoute<unknown, { follow: boolean }, BuildParams>({
   responses: { 200: { description: 'text/plain, streamed' }, 404: { description: 'no such build' } },
   handler: async ({ api, identity, params, query, res }) => {
     const data = await buildLog(api, identity, params.id, query.follow);
-    res.status(200);
-    res.setHeader('content-type', 'text/plain; charset=utf-8');
-    res.setHeader('x-content-type-options', 'nosniff');
-    res.setHeader('cache-control', 'no-store');
-    res.flushHeaders();
-    res.on('close', () => data.destroy());
-    await pipeline(data, res).catch(() => res.destroy());
+    await streamText(res, data);
   },
 });

@@ -2,7 +2,8 @@ import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name, stringMap } from '../../http/schemas';
 import { acceptedReply, waitQuery } from '../../http/operation';
-import { createBox, CreateBoxRequest } from '../../../domain/boxes';
+import type { CreateBoxRequest } from '../../../domain/boxes';
+import { createBoxOrInstance } from '../../../domain/instances';
 import { acceptedResponses, configSchema, mountPath, projectParams } from './schemas';
 
 export default defineRoute<CreateBoxRequest, { wait?: number }, { project: string }>({
@@ -25,5 +26,5 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     tags: stringMap().allow(null),
   }),
   responses: { ...acceptedResponses, 409: { description: "the name is taken, no node has room, the project's network on the node has no free address, or no network is left for a new project" } },
-  handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBox(api, identity, params.project, body), query.wait),
+  handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBoxOrInstance(api, identity, params.project, body), query.wait),
 });

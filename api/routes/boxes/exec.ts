@@ -1,8 +1,12 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
+import { untilClientGone } from '../../http/clientGone';
 import { stringMap } from '../../http/schemas';
 import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS, MAX_EXEC_TIMEOUT_SECS } from '../../../domain/exec';
 import { boxParams, BoxParams } from './schemas';
+
+/** The Exec result (a verb's answer adds `event_id`). */
+export const execResultSchema = Joi.object({ detached: Joi.boolean(), exit_code: Joi.number().integer(), process: Joi.number().integer(), stdout: Joi.string().allow(''), stderr: Joi.string().allow(''), truncated: Joi.boolean() }).label('ExecResult');
 
 export default defineRoute<ExecRequest, unknown, BoxParams>({
   method: 'post',
@@ -24,24 +28,14 @@ export default defineRoute<ExecRequest, unknown, BoxParams>({
   responses: {
     200: {
       description: 'the result (exit_code 124 when the timeout killed it; -1 and detached with no_hup)',
-      schema: Joi.object({ detached: Joi.boolean(), exit_code: Joi.number().integer(), process: Joi.number().integer(), stdout: Joi.string().allow(''), stderr: Joi.string().allow(''), truncated: Joi.boolean() }),
+      schema: execResultSchema,
     },
     404: { description: 'no such box' },
     409: { description: 'the box is not running' },
     429: { description: 'too many concurrent execs in the box, for the token or on its node (see Retry-After)' },
   },
-  handler: async ({ api, identity, params, body, res }) => {
+  handler: async ({ api, identity, params, body, res }) =>
     // A client that goes away before its answer takes its command with it (unless no_hup):
     // nobody would read the output, and the process would hold a slot until its timeout.
-    const gone = new AbortController();
-    const onClose = () => {
-      if (!res.writableFinished) gone.abort();
-    };
-    res.on('close', onClose);
-    try {
-      return { body: await execInBox(api, identity, params.project, params.name, body, { slots: api.limits.execSlots, signal: gone.signal }) };
-    } finally {
-      res.off('close', onClose);
-    }
-  },
+    ({ body: await untilClientGone(res, (signal) => execInBox(api, identity, params.project, params.name, body, { slots: api.limits.execSlots, signal })) }),
 });

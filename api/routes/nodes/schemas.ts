@@ -1,7 +1,8 @@
 import Joi from 'joi';
 import { timestamp } from '../../http/schemas';
 
-export const nodeParams = Joi.object({ id: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).required() });
+export const NODE_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+export const nodeParams = Joi.object({ id: Joi.string().pattern(NODE_ID_PATTERN).required() });
 
 const counts = Joi.object({ cpus: Joi.number().integer(), ram_mb: Joi.number().integer(), disk_gb: Joi.number().integer() });
 

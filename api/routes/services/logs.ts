@@ -1,6 +1,6 @@
 import Joi from 'joi';
-import { pipeline } from 'node:stream/promises';
 import { defineRoute } from '../../http/route';
+import { streamText } from '../../http/textStream';
 import { serviceLogs } from '../../../domain/services';
 import { serviceErrors, serviceParams, ServiceParams } from './schemas';
 
@@ -17,13 +17,6 @@ export default defineRoute<unknown, { tail?: number; follow: boolean }, ServiceP
   responses: { 200: { description: 'text/plain, streamed' }, ...serviceErrors },
   handler: async ({ api, identity, params, query, res }) => {
     const data = await serviceLogs(api, identity, params.project, params.name, params.service, { tail: query.tail, follow: query.follow });
-    res.status(200);
-    res.setHeader('content-type', 'text/plain; charset=utf-8');
-    res.setHeader('x-content-type-options', 'nosniff');
-    res.setHeader('cache-control', 'no-store');
-    res.flushHeaders();
-    // A client that goes away ends the follow (and the read in the box).
-    res.on('close', () => data.destroy());
-    await pipeline(data, res).catch(() => res.destroy());
+    await streamText(res, data);
   },
 });

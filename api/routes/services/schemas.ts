@@ -28,6 +28,28 @@ export const publishSchema = Joi.object({
   warning: Joi.string().description('present only when a non-public publish fell back to public: no auth provider is configured'),
 }).label('Publish');
 
+/** The service start route's body; a pack revision's `services` take the same (docs/packs.md). */
+export const serviceStartBody = Joi.object({
+  name: name().required(),
+  command: Joi.array().items(Joi.string().max(65536)).min(1).max(4096).required(),
+  cwd: Joi.string().pattern(/^\//).max(4096).messages({ 'string.pattern.base': 'must be an absolute path' }),
+  env: stringMap(),
+  port: port(),
+  publish: Joi.object({ name: name(), public: Joi.boolean() }),
+  ready: Joi.object({
+    http: Joi.string().pattern(/^\/[^\s]*$/).max(2048).messages({ 'string.pattern.base': 'must be a path (/healthz) without spaces' }),
+    port: port().min(1),
+    status: Joi.number().integer().min(100).max(599),
+    tcp: port().min(1),
+    timeout_secs: Joi.number().integer().min(1).max(MAX_READY_SECS),
+  }),
+  restart: Joi.valid('always', 'on-failure', 'never'),
+  secret_env: Joi.array().items(Joi.string().max(256)).unique(),
+  stop: Joi.object({ grace_secs: Joi.number().integer().min(0).max(MAX_GRACE_SECS), signal: signalName() }),
+  tags: stringMap(),
+  user: Joi.string().pattern(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$/).messages({ 'string.pattern.base': 'must be a user name or uid, optionally :group' }),
+}).label('ServiceStart');
+
 export const serviceSchema = Joi.object({
   name: Joi.string().required(),
   command: Joi.array().items(Joi.string().allow('')).required(),

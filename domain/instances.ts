@@ -1,0 +1,89 @@
+import type { DomainContext, Identity } from './context';
+import type { Box } from '../core/apiTypes';
+import { BoxhostError, forbidden, invalidField } from '../core/errors';
+import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
+import { packsRepo } from '../db/repos/packs';
+import { basesRepo } from '../db/repos/bases';
+import { baseBuildsRepo } from '../db/repos/baseBuilds';
+import type { Accepted } from './operations';
+import { createBox, type CreateBoxRequest } from './boxes';
+import { resolveBase } from './baseResolve';
+import { buildVersion } from './bases';
+import { startBuild } from './baseBuilds';
+import { defaultRevision, pinnedRevision } from './packs';
+import { checkPublishName } from '../core/services';
+
+/**
+ * Box create with `pack`, `lifecycle` and `env_from` (docs/packs.md "Instances"): the spec's
+ * rules (lifecycle only `dev`, only with pack; env_from only from instances), then the pack's
+ * default revision gives the base (`<base>@<version>` of the build rule) and the box records
+ * `pack` and `pack_rev` (the revision's hash). A base not built yet is built now with the pack
+ * form of base builds; the instance is made on the build's node and its create waits for it
+ * (202 as any create; the build failing fails the create).
+ */
+export async function createBoxOrInstance(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
+  // Before anything of the project is looked at (env_from boxes) or started (a pack's build).
+  if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
+  if (req.lifecycle !== undefined && req.lifecycle !== null) {
+    if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
+    if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
+  }
+  const environment = { ...(await outputsOf(ctx, project, req.env_from ?? [])), ...(req.environment ?? {}) };
+  const plain = { ...req, environment, pack: undefined, lifecycle: undefined, env_from: undefined };
+  if (!req.pack) return createBox(ctx, identity, project, plain);
+  if (req.base) throw invalidField('base', 'an instance is made from its pack\'s base: give pack or base, not both');
+  if (req.fork) throw invalidField('fork', 'an instance is made from its pack\'s base: give pack or fork, not both');
+  if (!(await packsRepo.get(ctx.db, req.pack))) throw invalidField('pack', `pack ${req.pack} is not installed`);
+  const { rev, spec } = await defaultRevision(ctx, req.pack);
+  const parent = await resolveBase(ctx, identity, spec.parent, project);
+  if (!parent) throw invalidField('pack', `base ${spec.parent}, the parent of pack ${req.pack}, does not exist`);
+  const version = buildVersion(parent.name, parent.version, spec.script);
+  const services = spec.services ?? [];
+  const publishes = services.filter((s) => s.publish).map((s) => ({ name: checkPublishName(s.publish!.name ?? s.name, 'pack'), port: s.port!, public: s.publish!.public, force: true, service: s.name, who: identity.name }));
+  // The services' rules were checked when the pack was installed (domain/packs.ts).
+  const instance = { pack: req.pack, pack_rev: rev, lifecycle: req.lifecycle === 'dev' ? ('dev' as const) : null, services: services.length > 0, publishes };
+  const base = { ...plain, base: `${spec.base}@${version}` };
+  const built = await basesRepo.getAny(ctx.db, spec.base, version);
+  if (built?.state === 'ready') return createBox(ctx, identity, project, base, instance);
+  // Not built yet: built now (or by the build under way), on the node the instance then goes to;
+  // its create job waits for the base (jobs/boxCreate.ts).
+  if (!built) {
+    const started = await startBuild(ctx, identity, { pack: req.pack });
+    if (started.start.status === 'succeeded') return createBox(ctx, identity, project, base, instance);
+  }
+  const node = await buildNode(ctx, spec.base, version);
+  if (!node) {
+    throw new BoxhostError('conflict', `the base of pack ${req.pack} (${spec.base}@${version}) is being made; create the instance again in a moment`, [{ field: 'pack', issue: `base ${spec.base}@${version} is not built yet` }]);
+  }
+  return createBox(ctx, identity, project, base, { ...instance, pendingBase: { name: spec.base, version, node } });
+}
+
+/** The node where base@version is being built (its temporary box's). */
+async function buildNode(ctx: DomainContext, base: string, version: string): Promise<string | undefined> {
+  const build = await baseBuildsRepo.active(ctx.db, base, version);
+  const box = build?.box_id ? await boxesRepo.byId(ctx.db, build.box_id) : undefined;
+  return box?.node;
+}
+
+/**
+ * `env_from`: each named box (same project) must be a pack instance; its revision's outputs,
+ * rendered over that instance, become `<ALIAS>_<KEY>` variables. Templates know `{{name}}`,
+ * `{{project}}`, `{{address}}`, `{{node}}`, `{{pack}}` and `{{rev}}`; anything else is left as
+ * written. Resolved at create (docs/packs.md says when a changed output arrives).
+ */
+async function outputsOf(ctx: DomainContext, project: string, from: { alias: string; box: string }[]): Promise<Record<string, string>> {
+  const env: Record<string, string> = {};
+  for (const [i, e] of from.entries()) {
+    const src = await boxesRepo.get(ctx.db, project, e.box);
+    if (!src) throw invalidField(`env_from.${i}.box`, `box ${project}/${e.box} does not exist`);
+    if (!src.pack || !src.pack_rev) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
+    const outputs = (await pinnedRevision(ctx, src.pack, src.pack_rev)).outputs ?? {};
+    for (const [key, template] of Object.entries(outputs)) env[`${e.alias.toUpperCase()}_${key}`] = render(template, src);
+  }
+  return env;
+}
+
+function render(template: string, b: BoxRecord): string {
+  const vars: Record<string, string> = { name: b.name, project: b.project, address: b.address ?? '', node: b.node, pack: b.pack ?? '', rev: b.pack_rev ?? '' };
+  return template.replace(/\{\{\s*([a-z_]+)\s*\}\}/g, (whole, k: string) => (k in vars ? vars[k] : whole));
+}

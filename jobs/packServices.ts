@@ -1,0 +1,47 @@
+import Joi from 'joi';
+import { boxesRepo } from '../db/repos/boxes';
+import { packsRepo } from '../db/repos/packs';
+import type { PackRevisionSpec } from '../core/apiTypes';
+import { BoxhostError } from '../core/errors';
+import { defineJob, jobType, JobRefused } from './types';
+import type { BoxRef } from './boxJobs';
+
+/** The job of a pack instance's services, queued behind its create (docs/packs.md "Instances"). */
+export const packJobs = {
+  services: jobType<BoxRef>('pack.services', Joi.object<BoxRef>({ boxId: Joi.string().pattern(/^[a-z0-9]{1,32}$/).required() })),
+};
+
+/**
+ * Starts the services of the revision an instance pinned, in the order the manifest lists them,
+ * each through its ready gate (the instance is ready when the last gate passed), on the box's
+ * node by its boxd, as the service start route does. Idempotent: a start replaces a service of
+ * the same name. A service the box refuses (a gate that fails, a user or cwd it does not have)
+ * ends the job with why; the box keeps running with what did start.
+ */
+export const packServicesJob = defineJob({
+  type: packJobs.services,
+  async run({ payload, db, node, progress }) {
+    const box = await boxesRepo.byId(db, payload.boxId);
+    if (!box) return; // deleted before its services' turn
+    // Its turn comes after the create's: a box still `creating` lost its create (reconciliation
+    // failed the operation and skipped the box while this one was queued): it is failed here.
+    if (box.status === 'creating') {
+      await db('boxes').where({ id: box.id, status: 'creating' }).update({ status: 'failed', error: 'create failed: its operation was lost', updated_at: new Date().toISOString() });
+      throw new JobRefused(`box ${box.project}/${box.name} lost its create: its services were not started`);
+    }
+    if (box.status !== 'running') throw new JobRefused(`box ${box.project}/${box.name} is ${box.status}${box.error ? ` (${box.error})` : ''}: its services were not started`);
+    if (!box.pack || !box.pack_rev) return;
+    const rev = await packsRepo.revision(db, box.pack, box.pack_rev);
+    if (!rev) throw new JobRefused(`revision ${box.pack_rev} of pack ${box.pack} is gone`);
+    const services = (JSON.parse(rev.content) as PackRevisionSpec).services ?? [];
+    for (const [i, spec] of services.entries()) {
+      try {
+        await node.startService(box, spec);
+      } catch (e) {
+        if (e instanceof BoxhostError && e.code !== 'internal' && e.code !== 'unavailable') throw new JobRefused(`service ${spec.name}: ${e.message}`);
+        throw e;
+      }
+      await progress(Math.round(((i + 1) / services.length) * 100));
+    }
+  },
+});
