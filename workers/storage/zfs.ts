@@ -988,9 +988,15 @@ export class ZfsStorage implements StorageDriver {
     return out;
   }
 
+  /** Mounts `ds` unless it is mounted. Concurrent retries of one create race here: while one
+   *  `zfs mount` runs, another answers "mountpoint or dataset is busy", so a busy answer waits
+   *  and looks again rather than failing a create whose root is in fact being mounted. */
   private async ensureMounted(ds: string): Promise<void> {
-    if ((await this.prop(ds, 'mounted')) === 'yes') return;
-    await this.zfsTolerating(['mount', ds], (s) => /already mounted/i.test(s));
+    await this.retryBusy(`zfs mount ${ds}`, async () => {
+      if ((await this.prop(ds, 'mounted')) === 'yes') return null;
+      const r = await this.zfs(['mount', ds], true);
+      return r.exitCode === 0 || /already mounted/i.test(r.stderr) ? null : r;
+    });
   }
 
   /** Snapshots of one dataset, oldest first. */
