@@ -19,8 +19,9 @@ import * as bases from './commands/bases';
 import * as data from './commands/data';
 import * as builds from './commands/builds';
 import * as packs from './commands/packs';
+import * as deploys from './commands/deploys';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, packs, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, packs, deploys, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

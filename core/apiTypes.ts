@@ -169,6 +169,8 @@ export interface Token {
   created_at: string;
   expires_at: string | null;
   last_used_at: string | null;
+  /** What the token may do beyond its projects' routes (`deploy`); present only when set. */
+  scopes?: string[];
   /** Only in the create answer: the secret. */
   token?: string;
 }
@@ -493,7 +495,7 @@ export interface EventList {
 export interface BoxEvent {
   id: string;
   ts: string;
-  kind: 'box.created' | 'box.stopped' | 'box.resumed' | 'box.deleted' | 'box.restored' | 'box.failed' | 'box.published';
+  kind: 'box.created' | 'box.stopped' | 'box.resumed' | 'box.deleted' | 'box.restored' | 'box.failed' | 'box.published' | 'box.deployed';
   project: string;
   box_name: string;
   who: string;
@@ -506,4 +508,4 @@ export interface BoxEvent {
   error?: string;
 }
 
-export const BOX_EVENT_KINDS: BoxEvent['kind'][] = ['box.created', 'box.stopped', 'box.resumed', 'box.deleted', 'box.restored', 'box.failed', 'box.published'];
+export const BOX_EVENT_KINDS: BoxEvent['kind'][] = ['box.created', 'box.stopped', 'box.resumed', 'box.deleted', 'box.restored', 'box.failed', 'box.published', 'box.deployed'];

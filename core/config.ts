@@ -16,6 +16,8 @@ export interface Config {
   zfsPool?: string;
   poolSizeGb: number;
   publishDomain: string;
+  /** How long a generation replaced by a deploy keeps serving before it is stopped (docs/packs.md). */
+  deployDrainSecs: number;
   proxyPort: number;
   region: string;
   logLevel: string;
@@ -100,6 +102,7 @@ const envSchema = Joi.object({
   BOXHOST_POOL_SIZE_GB: Joi.number().integer().min(1).max(100000).default(20),
   BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().lowercase().default('localhost'),
   BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
+  BOXHOST_DEPLOY_DRAIN_SECS: Joi.number().integer().min(0).max(3600).default(10),
   BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
   // Any aligned network from /8 to /24, cut into blocks of BOXHOST_PROJECT_PREFIX (core/netblocks.ts).
@@ -190,6 +193,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     zfsPool: value.BOXHOST_ZFS_POOL,
     poolSizeGb: value.BOXHOST_POOL_SIZE_GB,
     publishDomain: value.BOXHOST_PUBLISH_DOMAIN,
+    deployDrainSecs: value.BOXHOST_DEPLOY_DRAIN_SECS,
     proxyPort: value.BOXHOST_PROXY_PORT,
     region: value.BOXHOST_REGION,
     logLevel: value.LOG_LEVEL,

@@ -13,7 +13,7 @@ import { canSeeProject } from './access';
 import { resolveBase } from './baseResolve';
 import { assertNameFree, assertRoomForBase, buildVersion } from './bases';
 import { changeBoxState, createBox } from './boxes';
-import { defaultRevision } from './packs';
+import { defaultRevision, pinnedRevision } from './packs';
 
 /**
  * Base builds (docs/bases.md "Builds"): the script runs in a temporary box made from the parent
@@ -58,7 +58,9 @@ export interface BuildStarted {
  * `pack` and the triple `base` + `parent` + `script` (else 400); the pack form takes the triple
  * from the pack's default revision (404 for a pack that is not installed).
  */
-export async function startBuild(ctx: DomainContext, identity: Identity, req: StartBaseBuildRequest): Promise<BuildStarted> {
+/** `packRev` (not on the route): the pack form at a stored revision, by its hash (a deploy of
+ *  a revision other than the default one, domain/deploys.ts). */
+export async function startBuild(ctx: DomainContext, identity: Identity, req: StartBaseBuildRequest & { packRev?: string }): Promise<BuildStarted> {
   const triple = [req.base, req.parent, req.script].filter((v) => v !== undefined && v !== null).length;
   if ((req.pack ? 1 : 0) + (triple > 0 ? 1 : 0) !== 1 || (triple > 0 && triple < 3)) {
     throw invalid('give pack, or base, parent and script together (exactly one of the two forms)', [
@@ -67,7 +69,7 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
   }
   // The pack form: base, parent and script of the pack's default revision (docs/packs.md); its
   // base is every project's, as the pack is.
-  const form = req.pack ? (await defaultRevision(ctx, req.pack)).spec : { base: req.base!, parent: req.parent!, script: req.script! };
+  const form = req.pack ? (req.packRev ? await pinnedRevision(ctx, req.pack, req.packRev) : (await defaultRevision(ctx, req.pack)).spec) : { base: req.base!, parent: req.parent!, script: req.script! };
   const base = form.base;
   const script = form.script;
   if (identity.projects !== null && req.project && !identity.projects.includes(req.project)) throw forbidden(`this token cannot build in project ${req.project}`);

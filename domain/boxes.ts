@@ -1,7 +1,7 @@
 import type { DomainContext, Identity } from './context';
 import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
 import { resolveBase } from './baseResolve';
-import { operationsRepo } from '../db/repos/operations';
+import { operationsRepo, type OperationRow } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
 import { conflict, forbidden, invalidField, notFound } from '../core/errors';
@@ -138,6 +138,11 @@ export interface InstanceOf {
   services?: boolean;
   /** Their publishes, written with the box (the proxy answers 502 until a service listens). */
   publishes?: PublishRequest[];
+  /** A deploy generation: the generation it replaces (the box's `rollback_to`). */
+  rollbackTo?: string;
+  /** A deploy generation: what is queued behind its create, in the create's transaction, in
+   *  place of the services job; its operation is the one the create answers with. */
+  followUp?: (trx: DomainContext['db'], box: BoxRecord) => Promise<OperationRow>;
 }
 
 /** The state-machine actions queued or running on a box, in arrival order. */
@@ -207,7 +212,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     lifecycle: instance?.lifecycle ?? null,
     pack: instance?.pack ?? null,
     pack_rev: instance?.pack_rev ?? null,
-    rollback_to: null,
+    rollback_to: instance?.rollbackTo ?? null,
     termination_grace_period_seconds: 10,
     url_settings: null,
     node,
@@ -236,6 +241,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
       await boxesRepo.insert(trx, box);
       const created = await enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
       for (const p of instance?.publishes ?? []) await putPublish({ db: trx, config: ctx.config }, box, p);
+      if (instance?.followUp) return instance.followUp(trx, box);
       return instance?.services ? enqueueBoxJob(ctx, trx, box, packJobs.services.of({ boxId: box.id }), identity) : created;
     });
     return { operation, load: reload(ctx, box.id) };

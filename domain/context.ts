@@ -22,4 +22,6 @@ export interface Identity {
   name: string;
   /** null: every project (and the admin routes). */
   projects: string[] | null;
+  /** Token scopes (`deploy`: deploy and roll back instances of its projects). */
+  scopes?: string[];
 }

@@ -6,7 +6,8 @@ import { packsRepo } from '../db/repos/packs';
 import { basesRepo } from '../db/repos/bases';
 import { baseBuildsRepo } from '../db/repos/baseBuilds';
 import type { Accepted } from './operations';
-import { createBox, type CreateBoxRequest } from './boxes';
+import { createBox, type CreateBoxRequest, type InstanceOf } from './boxes';
+import type { PackRevisionSpec } from '../core/apiTypes';
 import { resolveBase } from './baseResolve';
 import { buildVersion } from './bases';
 import { startBuild } from './baseBuilds';
@@ -34,26 +35,39 @@ export async function createBoxOrInstance(ctx: DomainContext, identity: Identity
   if (req.base) throw invalidField('base', 'an instance is made from its pack\'s base: give pack or base, not both');
   if (req.fork) throw invalidField('fork', 'an instance is made from its pack\'s base: give pack or fork, not both');
   if (!(await packsRepo.get(ctx.db, req.pack))) throw invalidField('pack', `pack ${req.pack} is not installed`);
-  const { rev, spec } = await defaultRevision(ctx, req.pack);
+  const revision = await defaultRevision(ctx, req.pack);
+  return createInstance(ctx, identity, project, plain, req.pack, revision, { lifecycle: req.lifecycle === 'dev' ? 'dev' : null });
+}
+
+/**
+ * An instance of `pack` at one revision: its base (`<base>@<version>` of the build rule) built
+ * first when it is not; `extra` says the lifecycle and, for a deploy generation, what follows
+ * the create instead of the services job (domain/deploys.ts).
+ */
+export async function createInstance(
+  ctx: DomainContext, identity: Identity, project: string, plain: CreateBoxRequest, pack: string,
+  { rev, spec }: { rev: string; spec: PackRevisionSpec }, extra: Pick<InstanceOf, 'lifecycle' | 'rollbackTo' | 'followUp'>,
+): Promise<Accepted<Box>> {
   const parent = await resolveBase(ctx, identity, spec.parent, project);
-  if (!parent) throw invalidField('pack', `base ${spec.parent}, the parent of pack ${req.pack}, does not exist`);
+  if (!parent) throw invalidField('pack', `base ${spec.parent}, the parent of pack ${pack}, does not exist`);
   const version = buildVersion(parent.name, parent.version, spec.script);
   const services = spec.services ?? [];
-  const publishes = services.filter((s) => s.publish).map((s) => ({ name: checkPublishName(s.publish!.name ?? s.name, 'pack'), port: s.port!, public: s.publish!.public, force: true, service: s.name, who: identity.name }));
+  // A deploy generation takes the line's publishes when it is switched to, not at its create.
+  const publishes = extra.followUp ? [] : services.filter((s) => s.publish).map((s) => ({ name: checkPublishName(s.publish!.name ?? s.name, 'pack'), port: s.port!, public: s.publish!.public, force: true, service: s.name, who: identity.name }));
   // The services' rules were checked when the pack was installed (domain/packs.ts).
-  const instance = { pack: req.pack, pack_rev: rev, lifecycle: req.lifecycle === 'dev' ? ('dev' as const) : null, services: services.length > 0, publishes };
+  const instance: InstanceOf = { pack, pack_rev: rev, services: services.length > 0, publishes, ...extra };
   const base = { ...plain, base: `${spec.base}@${version}` };
   const built = await basesRepo.getAny(ctx.db, spec.base, version);
   if (built?.state === 'ready') return createBox(ctx, identity, project, base, instance);
   // Not built yet: built now (or by the build under way), on the node the instance then goes to;
   // its create job waits for the base (jobs/boxCreate.ts).
   if (!built) {
-    const started = await startBuild(ctx, identity, { pack: req.pack });
+    const started = await startBuild(ctx, identity, { pack, packRev: rev });
     if (started.start.status === 'succeeded') return createBox(ctx, identity, project, base, instance);
   }
   const node = await buildNode(ctx, spec.base, version);
   if (!node) {
-    throw new BoxhostError('conflict', `the base of pack ${req.pack} (${spec.base}@${version}) is being made; create the instance again in a moment`, [{ field: 'pack', issue: `base ${spec.base}@${version} is not built yet` }]);
+    throw new BoxhostError('conflict', `the base of pack ${pack} (${spec.base}@${version}) is being made; create the instance again in a moment`, [{ field: 'pack', issue: `base ${spec.base}@${version} is not built yet` }]);
   }
   return createBox(ctx, identity, project, base, { ...instance, pendingBase: { name: spec.base, version, node } });
 }

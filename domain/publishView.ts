@@ -10,6 +10,20 @@ export const PUBLIC_FALLBACK_WARNING = 'no auth provider is configured: this pub
 
 export const publishHost = (config: Config, name: string, box: string, project: string) => `${name}--${box}--${project}.${config.publishDomain}`;
 
+/** The row of a publish of box `box` (its host name's middle part): a non-public one falls back
+ *  to public, with the warning, when no identity provider is configured. */
+export function publishRowOf(config: Config, box: string, project: string, req: { name: string; port: number; public?: boolean; service?: string }) {
+  const fallback = req.public === false && !idpConfigured(config);
+  return {
+    host: publishHost(config, req.name, box, project),
+    name: req.name,
+    port: req.port,
+    public: req.public !== false || fallback,
+    service: req.service ?? null,
+    warning: fallback ? PUBLIC_FALLBACK_WARNING : null,
+  };
+}
+
 export const publishUrl = (config: Config, host: string) => `http://${host}${config.proxyPort === 80 ? '' : `:${config.proxyPort}`}`;
 
 export function toPublish(config: Config, r: PublishRow): Publish {

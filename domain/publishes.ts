@@ -7,8 +7,7 @@ import type { Db } from '../db/knex';
 import { isUniqueViolation } from '../db/errors';
 import { boxesRepo, BoxRecord } from '../db/repos/boxes';
 import { PublishRow, publishesRepo } from '../db/repos/publishes';
-import { idpConfigured } from './authSettings';
-import { PUBLIC_FALLBACK_WARNING, publishHost, toPublish } from './publishView';
+import { publishRowOf, toPublish } from './publishView';
 import type { DomainContext, Identity } from './context';
 import { loadBox } from './boxes';
 
@@ -46,21 +45,8 @@ export interface PublishRequest {
  */
 export async function putPublish(ctx: Pick<DomainContext, 'db' | 'config'>, box: BoxRecord, req: PublishRequest): Promise<{ publish: Publish; replaced: boolean }> {
   if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) throw invalidField('port', 'must be a port, 1 to 65535');
-  const wantsPrivate = req.public === false;
-  const fallback = wantsPrivate && !idpConfigured(ctx.config);
   const at = now();
-  const row: PublishRow = {
-    host: publishHost(ctx.config, req.name, box.name, box.project),
-    box_id: box.id,
-    project: box.project,
-    name: req.name,
-    port: req.port,
-    public: !wantsPrivate || fallback,
-    service: req.service ?? null,
-    warning: fallback ? PUBLIC_FALLBACK_WARNING : null,
-    created_at: at,
-    updated_at: at,
-  };
+  const row: PublishRow = { ...publishRowOf(ctx.config, box.name, box.project, req), box_id: box.id, project: box.project, created_at: at, updated_at: at };
   return ctx.db.transaction(async (trx: Db) => {
     // Read again in the transaction: a box whose delete has begun takes no new publish (its
     // publishes go with its row, and one written after would outlive it).

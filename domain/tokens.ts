@@ -27,13 +27,15 @@ export async function authenticate(db: Db, adminTokenHash: string, secret: strin
   if (!row.last_used_at || at - Date.parse(row.last_used_at) > TOUCH_EVERY_MS) {
     await tokensRepo.touch(db, row.id, new Date(at).toISOString());
   }
-  return { tokenId: row.id, name: row.name, projects: toToken(row).projects };
+  const token = toToken(row);
+  return { tokenId: row.id, name: row.name, projects: token.projects, ...(token.scopes ? { scopes: token.scopes } : {}) };
 }
 
 export interface CreateTokenRequest {
   name: string;
   projects?: string[] | null;
   expires_in?: number | null;
+  scopes?: string[];
 }
 
 export async function createToken(db: Db, caller: Identity, req: CreateTokenRequest): Promise<Token & { token: string }> {
@@ -46,6 +48,7 @@ export async function createToken(db: Db, caller: Identity, req: CreateTokenRequ
     id: newId('tok'),
     name: req.name,
     projects: req.projects ?? null,
+    ...(req.scopes?.length ? { scopes: req.scopes } : {}),
     created_at: created,
     expires_at: req.expires_in ? new Date(Date.parse(created) + req.expires_in * 1000).toISOString() : null,
   };

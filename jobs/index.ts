@@ -13,7 +13,8 @@ import { createDataJob, deleteDataJob, deleteDataSnapshotJob, snapshotDataJob } 
 import { backupDataJob } from './dataBackup';
 import { restoreDataJob } from './dataRestore';
 import { packServicesJob } from './packServices';
+import { packDeployJob, packRetireJob } from './packDeploy';
 
 /** Every job handler a node's worker runs. */
 export const jobHandlers: JobHandler[] = [createBoxJob, stopBoxJob, resumeBoxJob, restoreBoxJob, snapshotBoxJob, deleteBoxJob, saveBaseJob, importBaseJob, buildBaseJob, recipeBaseJob,
-  createDataJob, deleteDataJob, snapshotDataJob, deleteDataSnapshotJob, backupDataJob, restoreDataJob, packServicesJob];
+  createDataJob, deleteDataJob, snapshotDataJob, deleteDataSnapshotJob, backupDataJob, restoreDataJob, packServicesJob, packDeployJob, packRetireJob];

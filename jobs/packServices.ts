@@ -1,5 +1,7 @@
 import Joi from 'joi';
-import { boxesRepo } from '../db/repos/boxes';
+import type { Db } from '../db/knex';
+import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
+import type { BoxHost } from './ports';
 import { packsRepo } from '../db/repos/packs';
 import type { PackRevisionSpec } from '../core/apiTypes';
 import { BoxhostError } from '../core/errors';
@@ -23,25 +25,38 @@ export const packServicesJob = defineJob({
   async run({ payload, db, node, progress }) {
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return; // deleted before its services' turn
-    // Its turn comes after the create's: a box still `creating` lost its create (reconciliation
-    // failed the operation and skipped the box while this one was queued): it is failed here.
-    if (box.status === 'creating') {
-      await db('boxes').where({ id: box.id, status: 'creating' }).update({ status: 'failed', error: 'create failed: its operation was lost', updated_at: new Date().toISOString() });
-      throw new JobRefused(`box ${box.project}/${box.name} lost its create: its services were not started`);
-    }
-    if (box.status !== 'running') throw new JobRefused(`box ${box.project}/${box.name} is ${box.status}${box.error ? ` (${box.error})` : ''}: its services were not started`);
-    if (!box.pack || !box.pack_rev) return;
-    const rev = await packsRepo.revision(db, box.pack, box.pack_rev);
-    if (!rev) throw new JobRefused(`revision ${box.pack_rev} of pack ${box.pack} is gone`);
-    const services = (JSON.parse(rev.content) as PackRevisionSpec).services ?? [];
-    for (const [i, spec] of services.entries()) {
-      try {
-        await node.startService(box, spec);
-      } catch (e) {
-        if (e instanceof BoxhostError && e.code !== 'internal' && e.code !== 'unavailable') throw new JobRefused(`service ${spec.name}: ${e.message}`);
-        throw e;
-      }
-      await progress(Math.round(((i + 1) / services.length) * 100));
-    }
+    await assertCreated(db, box, 'its services were not started');
+    await startPackServices(db, node, box, progress);
   },
 });
+
+/**
+ * A job queued behind a create runs after it: a box still `creating` lost its create
+ * (reconciliation failed the operation and skipped the box while this one was queued) and is
+ * failed here; any box not running refuses the job (`what` says what was not done).
+ */
+export async function assertCreated(db: Db, box: BoxRecord, what: string): Promise<void> {
+  if (box.status === 'creating') {
+    await db('boxes').where({ id: box.id, status: 'creating' }).update({ status: 'failed', error: 'create failed: its operation was lost', updated_at: new Date().toISOString() });
+    throw new JobRefused(`box ${box.project}/${box.name} lost its create: ${what}`);
+  }
+  if (box.status !== 'running') throw new JobRefused(`box ${box.project}/${box.name} is ${box.status}${box.error ? ` (${box.error})` : ''}: ${what}`);
+}
+
+/** Starts the services of the revision `box` pinned, in the manifest's order, each through its
+ *  ready gate; a refusal (a gate that fails, a user or cwd the box lacks) is the job's JobRefused. */
+export async function startPackServices(db: Db, node: BoxHost, box: BoxRecord, progress: (percent: number) => Promise<void>): Promise<void> {
+  if (!box.pack || !box.pack_rev) return;
+  const rev = await packsRepo.revision(db, box.pack, box.pack_rev);
+  if (!rev) throw new JobRefused(`revision ${box.pack_rev} of pack ${box.pack} is gone`);
+  const services = (JSON.parse(rev.content) as PackRevisionSpec).services ?? [];
+  for (const [i, spec] of services.entries()) {
+    try {
+      await node.startService(box, spec);
+    } catch (e) {
+      if (e instanceof BoxhostError && e.code !== 'internal' && e.code !== 'unavailable') throw new JobRefused(`service ${spec.name}: ${e.message}`);
+      throw e;
+    }
+    await progress(Math.round(((i + 1) / services.length) * 100));
+  }
+}

@@ -29,6 +29,8 @@ import stopBox from './boxes/stop';
 import resumeBox from './boxes/resume';
 import execBox from './boxes/exec';
 import runVerb from './boxes/verb';
+import deployBox from './boxes/deploy';
+import rollbackBox from './boxes/rollback';
 import installPack from './packs/install';
 import listPacks from './packs/list';
 import getPack from './packs/get';
@@ -104,7 +106,7 @@ export const routes: RouteDef[] = [
   listBases, importBase, getBase, deleteBase, exportBase, saveBase, buildRecipeBase, startBaseBuild, getBaseBuild, baseBuildLogs,
   createVolume, listVolumes, getVolume, deleteVolume, attachVolume, detachVolume, createDataSnapshot, listDataSnapshots, deleteDataSnapshot,
   createBackup, listBackups, getBackup, restoreVolume,
-  installPack, listPacks, getPack, deletePack, runVerb, listEvents, streamEvents,
+  installPack, listPacks, getPack, deletePack, runVerb, deployBox, rollbackBox, listEvents, streamEvents,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

@@ -24,11 +24,12 @@ export function register(program: Command): void {
     .description('create an API token (POST /v1/tokens); the secret is shown once, only here')
     .option('--project <project>', 'limit the token to this project (repeatable, or comma-separated)', list)
     .option('--expires-in <seconds>', 'expire the token after this many seconds', int(1))
+    .option('--scope <scope>', 'deploy: may deploy and roll back instances of its projects (repeatable, or comma-separated)', list)
     .action(
-      action<{ project?: string[]; expiresIn?: number }>(async (ctx, [name], opts) => {
-        const { body } = await ctx.client.post<Token>('/v1/tokens', { name, projects: opts.project, expires_in: opts.expiresIn });
+      action<{ project?: string[]; expiresIn?: number; scope?: string[] }>(async (ctx, [name], opts) => {
+        const { body } = await ctx.client.post<Token>('/v1/tokens', { name, projects: opts.project, expires_in: opts.expiresIn, scopes: opts.scope });
         ctx.show(body, (t) => {
-          say(`created token ${t.name} (id ${t.id}, projects: ${formatList(t.projects) || 'all'}, expires: ${formatTime(t.expires_at) || 'never'})`);
+          say(`created token ${t.name} (id ${t.id}, projects: ${formatList(t.projects) || 'all'}, expires: ${formatTime(t.expires_at) || 'never'}${t.scopes ? `, scopes: ${t.scopes.join(',')}` : ''})`);
           say('');
           say('Secret (shown only this once, store it now):');
           say('');

@@ -11,6 +11,7 @@ import * as m009 from './009_data';
 import * as m010 from './010_base_builds';
 import * as m011 from './011_volume_moves';
 import * as m012 from './012_packs';
+import * as m013 from './013_deploys';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -27,6 +28,7 @@ const all: Record<string, Migration> = {
   '010_base_builds': m010,
   '011_volume_moves': m011,
   '012_packs': m012,
+  '013_deploys': m013,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -1,6 +1,7 @@
 import type { Db } from '../knex';
 import { fromJson, toJson } from '../json';
 import { now } from '../../core/ids';
+import { deploysRepo } from './deploys';
 import type { BoxStatus } from '../../core/box';
 import type { BoxConfig, DataMount as ApiDataMount } from '../../core/apiTypes';
 
@@ -91,6 +92,7 @@ export const boxesRepo = {
   remove: async (db: Db, id: string) => {
     await db('publishes').where({ box_id: id }).delete();
     await db('data_attachments').where({ box_id: id }).delete();
+    await deploysRepo.forgetBox(db, id);
     return db<BoxRow>('boxes').where({ id }).delete();
   },
   /** Boxes (of any project, in any state) made from one of these `name@version` bases. */

@@ -10,6 +10,7 @@ export interface TokenRow {
   created_at: string;
   expires_at: string | null;
   last_used_at: string | null;
+  scopes?: string | null;
 }
 
 /** A token as the api shows it (only a create answer adds the secret). */
@@ -22,11 +23,12 @@ export const toToken = (r: TokenRow): Token => ({
   created_at: r.created_at,
   expires_at: r.expires_at,
   last_used_at: r.last_used_at,
+  ...(fromJson<string[]>(r.scopes ?? null)?.length ? { scopes: fromJson<string[]>(r.scopes ?? null)! } : {}),
 });
 
 export const tokensRepo = {
   insert: (db: Db, t: Omit<Token, 'last_used_at'> & { secret_hash: string }) =>
-    db<TokenRow>('tokens').insert({ ...t, projects: toJson(t.projects), last_used_at: null }),
+    db<TokenRow>('tokens').insert({ ...t, projects: toJson(t.projects), scopes: t.scopes?.length ? toJson(t.scopes) : null, last_used_at: null }),
   findByHash: (db: Db, hash: string) => db<TokenRow>('tokens').where({ secret_hash: hash }).first(),
   byId: (db: Db, id: string) => db<TokenRow>('tokens').where({ id }).first(),
   list: (db: Db) => db<TokenRow>('tokens').orderBy('created_at', 'asc'),

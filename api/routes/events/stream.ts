@@ -21,7 +21,7 @@ export default defineRoute<unknown, StreamFilter>({
   tag: 'events',
   query: Joi.object({
     ...eventFilters,
-    kinds: Joi.string().max(512).description('comma-separated: verb, box (every box kind), or box.created, box.stopped, box.resumed, box.deleted, box.restored, box.failed, box.published; all by default'),
+    kinds: Joi.string().max(512).description('comma-separated: verb, box (every box kind), or box.created, box.stopped, box.resumed, box.deleted, box.restored, box.failed, box.published, box.deployed; all by default'),
   }),
   responses: {
     200: { description: 'text/event-stream: each event as `event: <kind>`, `id: <position>`, `data: <JSON>` (an Event for verb, a BoxEvent for box kinds); a comment every 15 s keeps it open' },

@@ -8,4 +8,5 @@ export const tokenSchema = Joi.object({
   created_at: timestamp().required(),
   expires_at: timestamp().allow(null).required(),
   last_used_at: timestamp().allow(null).required(),
+  scopes: Joi.array().items(Joi.string()).description('present only when the token has scopes'),
 }).label('Token');
