@@ -20,8 +20,9 @@ import * as data from './commands/data';
 import * as builds from './commands/builds';
 import * as packs from './commands/packs';
 import * as deploys from './commands/deploys';
+import * as webhooks from './commands/webhooks';
 
-const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, packs, deploys, nodes, targets];
+const modules = [meta, tokens, auth, grants, operations, projects, boxes, exec, files, services, snapshots, bases, builds, data, packs, deploys, webhooks, nodes, targets];
 
 const ENV_HELP = `
 Where box connects (each flag > environment > target):

@@ -509,3 +509,28 @@ export interface BoxEvent {
 }
 
 export const BOX_EVENT_KINDS: BoxEvent['kind'][] = ['box.created', 'box.stopped', 'box.resumed', 'box.deleted', 'box.restored', 'box.failed', 'box.published', 'box.deployed'];
+
+/** A webhook (docs/packs.md "Webhooks"): each event of its project (or of every project) is
+ *  POSTed to `url`, signed with its secret; only the create answer carries `secret`. */
+export interface Webhook {
+  id: string;
+  url: string;
+  /** null: every project's events (tokens without a project limit only). */
+  project: string | null;
+  /** The kinds it gets (`verb`, `box.created`, …); null: all. */
+  kinds: string[] | null;
+  created_at: string;
+  last_attempt_at: string | null;
+  last_success_at: string | null;
+  /** The HTTP status of the latest attempt (null: none yet, or no answer). */
+  last_status: number | null;
+  last_error: string | null;
+  secret?: string;
+}
+
+export interface CreateWebhookRequest {
+  url: string;
+  project?: string | null;
+  kinds?: string[];
+  secret?: string;
+}

@@ -1,3 +1,4 @@
+import { cidrError } from './addressPolicy';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -86,6 +87,9 @@ export interface Config {
   debianSources: string[];
   /** Extra destinations boxes never reach even with outbound on (CIDRs or addresses). */
   protectedNets: string[];
+  /** Webhook deliveries (docs/packs.md "Webhooks"): networks allowed although private, and the
+   *  first retry's delay (doubled at each retry). */
+  webhooks: { allowNets: string[]; retryMs: number };
   /** Short tag unique to this host's data dir: keeps the runc root, pool, bridges
    *  and iptables chains of hosts that run side by side (tests) apart. */
   hostTag: string;
@@ -164,6 +168,14 @@ const envSchema = Joi.object({
   BOXHOST_EXEC_MAX_PER_TOKEN: Joi.number().integer().min(1).max(100000).default(64),
   BOXHOST_EXEC_MAX_PER_NODE: Joi.number().integer().min(1).max(100000).default(256),
   BOXHOST_PROTECTED_NETS: Joi.string().allow('').default(''),
+  BOXHOST_WEBHOOK_ALLOW_NETS: Joi.string().allow('').default('').custom((v: string, h) => {
+    for (const c of v.split(/[\s,]+/).filter(Boolean)) {
+      const why = cidrError(c);
+      if (why) return h.message({ custom: why });
+    }
+    return v;
+  }),
+  BOXHOST_WEBHOOK_RETRY_MS: Joi.number().integer().min(10).max(3_600_000).default(2000),
 }).unknown(true);
 
 export class ConfigError extends Error {}
@@ -243,6 +255,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     backupsPerVolume: value.BOXHOST_BACKUPS_MAX_PER_VOLUME,
     baseImport: { maxBytes: value.BOXHOST_BASE_IMPORT_MAX_BYTES, maxUnpackedBytes: Math.floor(value.BOXHOST_BASE_MAX_GB * 1024 ** 3) },
     protectedNets: String(value.BOXHOST_PROTECTED_NETS).split(/[\s,]+/).filter(Boolean),
+    webhooks: { allowNets: String(value.BOXHOST_WEBHOOK_ALLOW_NETS).split(/[\s,]+/).filter(Boolean), retryMs: value.BOXHOST_WEBHOOK_RETRY_MS },
     hostTag: crypto.createHash('sha256').update(dataDir).digest('hex').slice(0, 6),
   };
 }

@@ -16,6 +16,7 @@ import { createApp } from '../api/app';
 import { createMetrics } from '../api/metrics';
 import { createApiLimits } from '../api/limits';
 import { startProxy } from '../api/proxy';
+import { startWebhooks } from '../api/webhooks';
 import { guardUpgrades } from '../api/http/upgrade';
 import { MAX_WS_MESSAGE, mountSessionRoutes } from '../api/ws/sessions';
 import type { ApiContext } from '../api/context';
@@ -146,6 +147,8 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       app.use(routesApp);
       host.api = api;
       host.app = routesApp;
+      const webhooks = await startWebhooks(api, connection, prefix);
+      closers.push(webhooks.close);
       const listening = await listen(server, config.port, config.host);
       closers.push(listening.close);
       host.url = listening.url;

@@ -2,6 +2,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { execFile } from 'node:child_process';
 import t from 'tap';
+import type { Test } from 'tap';
 import { startTestHost } from './helpers/host';
 
 /**
@@ -85,7 +86,7 @@ t.test('deploy generations on a real host', async (t) => {
   const proxyUrl = host.proxyUrl!;
   const siteHost = 'web--site1--dp.localhost';
   const status = async (name: string) => (await call('GET', `${P}/${name}`)).body.status as string | undefined;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 60_000) => {
+  const until = async (t: Test, what: string, ok: () => Promise<boolean>, ms = 60_000) => {
     for (const end = Date.now() + ms; Date.now() < end; await sleep(200)) if (await ok()) return true;
     t.fail(`timed out: ${what}`);
     return false;
@@ -131,7 +132,7 @@ t.test('deploy generations on a real host', async (t) => {
     t.equal(again.status, 409, 'a second deploy while one is under way');
     const op = (await call('GET', `/v1/operations/${deploy.headers.get('operation-id')}/wait?timeout=180`)).body;
     t.match(op, { status: 'succeeded', kind: 'pack.deploy' });
-    await until('the old generation is stopped', async () => (await status('site1')) === 'stopped');
+    await until(t, 'the old generation is stopped', async () => (await status('site1')) === 'stopped');
     await sleep(1500);
     const answers = await loop.stop();
     t.ok(answers.length > 50, `${answers.length} requests`);
@@ -152,7 +153,7 @@ t.test('deploy generations on a real host', async (t) => {
     const back = await call('POST', `${P}/site1-g2/rollback?wait=180`, {}, deployer.token);
     t.equal(back.status, 200, back.text);
     t.match(back.body, { name: 'site1', status: 'running' });
-    await until('the rolled-back generation is stopped', async () => (await status('site1-g2')) === 'stopped');
+    await until(t, 'the rolled-back generation is stopped', async () => (await status('site1-g2')) === 'stopped');
     await sleep(1500);
     const answers = await loop.stop();
     t.same(answers.filter((a) => a.status !== 200), [], 'every request answered 200');
@@ -166,7 +167,7 @@ t.test('deploy generations on a real host', async (t) => {
     t.equal(failed.body.name, 'site1-g3');
     const op = (await call('GET', `/v1/operations/${failed.headers.get('operation-id')}`)).body;
     t.match(op, { status: 'failed', error: /service web/ });
-    await until('the failed generation is stopped', async () => (await status('site1-g3')) === 'stopped');
+    await until(t, 'the failed generation is stopped', async () => (await status('site1-g3')) === 'stopped');
     const served = await new Promise<string>((resolve) => {
       const u = new URL(proxyUrl);
       http.get({ host: u.hostname, port: u.port, path: '/index.html', headers: { host: siteHost } }, (res) => {
@@ -189,13 +190,13 @@ t.test('deploy generations on a real host', async (t) => {
     t.match(JSON.parse(d.stdout), { status: 'succeeded', kind: 'pack.deploy' });
     const g4 = (await call('GET', `${P}/site1-g4`)).body;
     t.match(g4, { status: 'running', pack_rev: revs.v2.rev, rollback_to: 'site1' });
-    await until('the generations the line no longer needs are deleted', async () =>
+    await until(t, 'the generations the line no longer needs are deleted', async () =>
       (await call('GET', `${P}/site1-g2`)).status === 404 && (await call('GET', `${P}/site1-g3`)).status === 404);
-    await until('the replaced generation is stopped', async () => (await status('site1')) === 'stopped');
+    await until(t, 'the replaced generation is stopped', async () => (await status('site1')) === 'stopped');
     const r = await box('rollback', 'site1-g4', '--wait');
     t.equal(r.code, 0, r.stderr);
     t.match(r.stdout, /rolled back to site1/);
-    await until('g4 is stopped', async () => (await status('site1-g4')) === 'stopped');
+    await until(t, 'g4 is stopped', async () => (await status('site1-g4')) === 'stopped');
   });
 
   t.test('clean-up: deleting the live box ends the line', async (t) => {

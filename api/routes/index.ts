@@ -31,6 +31,9 @@ import execBox from './boxes/exec';
 import runVerb from './boxes/verb';
 import deployBox from './boxes/deploy';
 import rollbackBox from './boxes/rollback';
+import createWebhook from './webhooks/create';
+import listWebhooks from './webhooks/list';
+import deleteWebhook from './webhooks/delete';
 import installPack from './packs/install';
 import listPacks from './packs/list';
 import getPack from './packs/get';
@@ -106,7 +109,7 @@ export const routes: RouteDef[] = [
   listBases, importBase, getBase, deleteBase, exportBase, saveBase, buildRecipeBase, startBaseBuild, getBaseBuild, baseBuildLogs,
   createVolume, listVolumes, getVolume, deleteVolume, attachVolume, detachVolume, createDataSnapshot, listDataSnapshots, deleteDataSnapshot,
   createBackup, listBackups, getBackup, restoreVolume,
-  installPack, listPacks, getPack, deletePack, runVerb, deployBox, rollbackBox, listEvents, streamEvents,
+  installPack, listPacks, getPack, deletePack, runVerb, deployBox, rollbackBox, listEvents, streamEvents, createWebhook, listWebhooks, deleteWebhook,
   listNodes, getNode, updateNode, deleteNode,
 ];
 

@@ -12,6 +12,7 @@ import * as m010 from './010_base_builds';
 import * as m011 from './011_volume_moves';
 import * as m012 from './012_packs';
 import * as m013 from './013_deploys';
+import * as m014 from './014_webhooks';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -29,6 +30,7 @@ const all: Record<string, Migration> = {
   '011_volume_moves': m011,
   '012_packs': m012,
   '013_deploys': m013,
+  '014_webhooks': m014,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */
