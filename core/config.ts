@@ -106,7 +106,7 @@ const envSchema = Joi.object({
   BOXHOST_POOL_SIZE_GB: Joi.number().integer().min(1).max(100000).default(20),
   BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().lowercase().default('localhost'),
   BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
-  BOXHOST_DEPLOY_DRAIN_SECS: Joi.number().integer().min(0).max(3600).default(10),
+  BOXHOST_DEPLOY_DRAIN_SECS: Joi.number().integer().min(2).max(3600).default(10),
   BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
   // Any aligned network from /8 to /24, cut into blocks of BOXHOST_PROJECT_PREFIX (core/netblocks.ts).

@@ -12,6 +12,7 @@ import { isUniqueViolation } from '../db/errors';
 import { boxActionOf, boxJobs } from '../jobs/boxJobs';
 import { packJobs } from '../jobs/packServices';
 import { packsRepo } from '../db/repos/packs';
+import { deploysRepo } from '../db/repos/deploys';
 import { putPublish, type PublishRequest } from './publishes';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
@@ -157,6 +158,9 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
   checkCreateRules(req);
   if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
+  // A deploy line keeps its name (and its publishes' hosts) after the box first named so is gone.
+  const line = await deploysRepo.line(ctx.db, project, req.name);
+  if (line) throw conflict(`${req.name} is the name of a deploy line of project ${project} (live box ${(await boxesRepo.byId(ctx.db, line.live_box_id))?.name ?? line.live_box_id}); pick another name`);
 
   const volumes = await volumesOf(ctx, identity, req.data_mounts ?? []);
   const volumeNode = volumes[0]?.vol.node;

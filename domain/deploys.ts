@@ -10,7 +10,8 @@ import { operationsRepo, isFinished, type OperationRow } from '../db/repos/opera
 import { packsRepo } from '../db/repos/packs';
 import { boxJobs } from '../jobs/boxJobs';
 import { deployJobs, type PlannedPublish, type RetirePayload } from '../jobs/packDeploy';
-import { enqueueBoxJob, loadBox, reload } from './boxes';
+import { enqueueBoxJob, loadBox, pendingActions, reload } from './boxes';
+import { projectedStatus } from '../core/box';
 import { createInstance } from './instances';
 import { pinnedRevision } from './packs';
 import { revisionHash } from '../core/packs';
@@ -39,8 +40,11 @@ function assertMayDeploy(identity: Identity, project: string): void {
 /** The line of a box: the one it is a generation of, or the one it would start (its own name). */
 async function lineOf(db: Db, box: BoxRecord): Promise<{ name: string; row: DeployLineRow | undefined }> {
   const gen = await deploysRepo.generationOf(db, box.id);
-  const name = gen?.line ?? box.name;
-  return { name, row: await deploysRepo.line(db, box.project, name) };
+  if (gen) return { name: gen.line, row: await deploysRepo.line(db, box.project, gen.line) };
+  // A line outlives the box it was named after (deleted while another generation was live):
+  // a new box of that name is not of it.
+  if (await deploysRepo.line(db, box.project, box.name)) throw conflict(`box ${box.project}/${box.name} is not of deploy line ${box.name}, whose name it took; deploy the line through its live box`);
+  return { name: box.name, row: undefined };
 }
 
 /** 409 while a deploy or rollback of the line is under way. */
@@ -62,7 +66,7 @@ async function revisionOf(ctx: DomainContext, pack: string, rev: string | undefi
   if (!row) throw conflict(`pack ${pack} is no longer installed`);
   const manifest = JSON.parse(row.manifest) as { revisions: Record<string, PackRevisionSpec> };
   const label = rev ?? row.default_rev;
-  const labelled = manifest.revisions[label];
+  const labelled = Object.hasOwn(manifest.revisions, label) ? manifest.revisions[label] : undefined;
   if (labelled) return { rev: revisionHash(labelled), spec: labelled };
   if (await packsRepo.revision(ctx.db, pack, label)) return { rev: label, spec: await pinnedRevision(ctx, pack, label) };
   throw invalidField('rev', `pack ${pack} has no revision ${label} (a label of its manifest or a revision hash)`);
@@ -84,7 +88,9 @@ export async function deployInstance(ctx: DomainContext, identity: Identity, pro
   if (live.data_mounts.length > 0) throw conflict(`box ${project}/${live.name} has data volumes; a deploy generation does not take them over`);
   if (live.status === 'deleting' || live.status === 'creating') throw conflict(`box ${project}/${live.name} is ${live.status}`);
   const revision = await revisionOf(ctx, live.pack, req.rev);
-  const generation = (row?.generation ?? 1) + 1;
+  // A box left with a generation's name (a line that ended) is stepped over.
+  let generation = (row?.generation ?? 1) + 1;
+  while (generation < (row?.generation ?? 1) + 100 && (await boxesRepo.get(ctx.db, project, `${line}-g${generation}`))) generation++;
   const genName = `${line}-g${generation}`;
   if (!NAME_PATTERN.test(genName)) throw conflict(`the generation's name ${genName} breaks the name rule: the line's name is too long to deploy`);
   const publishes = planPublishes(ctx, project, line, revision.spec);
@@ -93,11 +99,11 @@ export async function deployInstance(ctx: DomainContext, identity: Identity, pro
     const at = now();
     let locked = await deploysRepo.lockLine(trx, project, line);
     if (!locked) {
-      await deploysRepo.insertLine(trx, { project, line, live_box_id: live.id, generation: 1, deploy_op: null, switched_at: null, created_at: at, updated_at: at });
+      await deploysRepo.insertLine(trx, { project, line, live_box_id: live.id, generation: 1, deploy_op: null, switched_at: null, switched_by: null, created_at: at, updated_at: at });
       await deploysRepo.insertGeneration(trx, { box_id: live.id, project, line, generation: 1 });
       locked = (await deploysRepo.lockLine(trx, project, line))!;
     }
-    if (locked.live_box_id !== live.id || locked.generation !== generation - 1) throw conflict(`line ${line} was deployed meanwhile; deploy again`);
+    if (locked.live_box_id !== live.id || locked.generation !== (row?.generation ?? 1)) throw conflict(`line ${line} was deployed meanwhile; deploy again`);
     await assertIdle(trx, line, locked);
     await deploysRepo.insertGeneration(trx, { box_id: box.id, project, line, generation });
     const op = await enqueueBoxJob(ctx, trx, box, deployJobs.deploy.of({ boxId: box.id, project, line, publishes, rollback: false }), identity);
@@ -143,10 +149,12 @@ export async function rollbackInstance(ctx: DomainContext, identity: Identity, p
     const locked = await deploysRepo.lockLine(trx, project, line);
     if (!locked || locked.live_box_id !== live.id) throw conflict(`line ${line} was deployed meanwhile; roll back again`);
     await assertIdle(trx, line, locked);
-    const box = (await boxesRepo.get(trx, project, target.name, { lock: true }))!;
-    const pending = await operationsRepo.unfinishedForBox(trx, box.id);
-    if (box.status === 'stopped') {
-      if (pending.length === 0) await boxesRepo.update(trx, box.id, { status: 'resuming', error: null });
+    const box = await boxesRepo.byId(trx, target.id, { lock: true });
+    if (!box || (box.status !== 'stopped' && box.status !== 'running')) throw conflict(`generation ${target.name} changed meanwhile; roll back again`);
+    // What is queued on it (a user's stop) counts: it is resumed if it will be stopped by then.
+    const pending = await pendingActions(trx, box.id);
+    if (projectedStatus(box.status, pending) === 'stopped') {
+      if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: 'resuming', error: null });
       await enqueueBoxJob(ctx, trx, box, boxJobs.resume.of({ boxId: box.id }), identity);
     }
     const op = await enqueueBoxJob(ctx, trx, box, deployJobs.deploy.of({ boxId: box.id, project, line, publishes, rollback: true }), identity);

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import type { Db } from '../db/knex';
-import { boxesRepo } from '../db/repos/boxes';
+import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo } from '../db/repos/deploys';
 import { operationsRepo, isFinished } from '../db/repos/operations';
 import type { PublishRow } from '../db/repos/publishes';
@@ -77,12 +77,13 @@ export const packDeployJob = defineJob({
     if (!box) throw new JobRefused('the generation was deleted before its deploy');
     const line = await deploysRepo.line(db, payload.project, payload.line);
     if (!line) throw new JobRefused(`line ${payload.line} is gone (its live box was deleted)`);
-    if (line.live_box_id === box.id && line.deploy_op !== operationId) return; // switched by an earlier run
+    if (line.switched_by === operationId) return; // switched by an earlier run of this job
     if (line.deploy_op !== operationId) throw new JobRefused(`line ${payload.line} is being deployed by another operation`);
     await assertCreated(db, box, 'it was not deployed');
-    await startPackServices(db, node, box, (p) => progress(Math.min(p, 95)));
-    const from = await db.transaction(async (trx) => switchLine(trx, payload, operationId));
-    if (from !== null) await recordBoxEvent(db, box, 'box.deployed', { operationId });
+    // A published service without a ready gate gets one on its port: the line is switched only
+    // to a generation that answers there.
+    await startPackServices(db, node, box, (p) => progress(Math.min(p, 95)), { gatePublished: true });
+    await db.transaction((trx) => switchLine(trx, box, payload, operationId));
   },
   async onFailed({ payload, db, operationId }: JobContext<DeployPayload>) {
     // The line stays on the generation it had, and can be deployed again.
@@ -90,31 +91,36 @@ export const packDeployJob = defineJob({
   },
 });
 
-/** The switch; answers the box the line left (null when a retry finds it done). */
-async function switchLine(trx: Db, p: DeployPayload, operationId: string): Promise<string | null> {
+/**
+ * The switch, in the caller's transaction. The old generation's service publishes (of its own
+ * revision) go; its publishes under the line's hosts made by hand move with the line; the new
+ * generation's revision's publishes take the line's hosts; the line records who switched it,
+ * and the `box.deployed` event is written with it.
+ */
+async function switchLine(trx: Db, box: BoxRecord, p: DeployPayload, operationId: string): Promise<void> {
   const line = await deploysRepo.lockLine(trx, p.project, p.line);
-  if (!line || line.deploy_op !== operationId) throw new JobRefused(`line ${p.line} changed while it was deployed`);
+  if (!line) throw new JobRefused(`line ${p.line} is gone (its live box was deleted)`);
+  if (line.switched_by === operationId) return;
+  if (line.deploy_op !== operationId) throw new JobRefused(`line ${p.line} changed while it was deployed`);
   const from = line.live_box_id;
-  if (from === p.boxId) {
-    await deploysRepo.updateLine(trx, p.project, p.line, { deploy_op: null });
-    return null;
-  }
-  const names = p.publishes.map((x) => x.name);
-  const hosts = p.publishes.map((x) => x.host);
-  await trx('publishes').where({ box_id: from }).whereIn('name', names).delete();
-  await trx('publishes').whereIn('host', hosts).delete();
-  // What the old generation serves besides its revision's publishes moves with the line; a
-  // name the new box already uses for a publish of its own stays with the old one.
-  const own = (await trx('publishes').where({ box_id: p.boxId }).select('name')).map((r: { name: string }) => r.name);
-  await trx('publishes').where({ box_id: from }).whereNotIn('name', own).update({ box_id: p.boxId, updated_at: now() });
   const at = now();
+  if (from !== p.boxId) {
+    await trx('publishes').where({ box_id: from }).whereNotNull('service').delete();
+    await trx('publishes').where({ box_id: from }).whereIn('name', p.publishes.map((x) => x.name)).delete();
+    // Hand-made publishes under the line's hosts move; one under the old generation's own name
+    // (`<name>--<line>-gN--<project>`) stays with that box.
+    const own = (await trx('publishes').where({ box_id: p.boxId }).select('name')).map((r: { name: string }) => r.name);
+    await trx('publishes').where({ box_id: from }).whereNull('service').whereNotIn('name', own)
+      .where('host', 'like', `%--${p.line}--${p.project}.%`).update({ box_id: p.boxId, updated_at: at });
+  }
+  await trx('publishes').whereIn('host', p.publishes.map((x) => x.host)).delete();
   if (p.publishes.length > 0) await trx('publishes').insert(p.publishes.map((x) => ({ ...x, box_id: p.boxId, project: p.project, created_at: at, updated_at: at })));
-  await deploysRepo.updateLine(trx, p.project, p.line, { live_box_id: p.boxId, deploy_op: null, switched_at: at });
-  if (!p.rollback) {
+  await deploysRepo.updateLine(trx, p.project, p.line, { live_box_id: p.boxId, deploy_op: null, switched_at: at, switched_by: operationId });
+  if (!p.rollback && from !== p.boxId) {
     const old = await boxesRepo.byId(trx, from);
     await boxesRepo.update(trx, p.boxId, { rollback_to: old?.name ?? null });
   }
-  return from;
+  await recordBoxEvent(trx, box, 'box.deployed', { operationId });
 }
 
 /**
@@ -133,12 +139,21 @@ export const packRetireJob = defineJob({
     if (!box) return;
     const gen = await deploysRepo.generationOf(db, box.id);
     const line = gen ? await deploysRepo.line(db, gen.project, gen.line) : undefined;
-    const live = line?.live_box_id === box.id;
+    if (!line || line.live_box_id === box.id) return;
+    // A deploy or rollback to this very box is under way (a rollback asked during the drain):
+    // it is the line's next live box, not one to retire.
+    if (line.deploy_op) {
+      const next = await operationsRepo.get(db, line.deploy_op);
+      if (next?.box_id === box.id && !isFinished(next.status)) return;
+    }
+    // Whether the deploy switched the line: it succeeded, or the line says so (its operation may
+    // say failed after the switch committed: a run lost by its worker, reconciliation).
+    const switched = op?.status === 'succeeded' || line.switched_by === payload.deployOp;
     if (payload.when === 'failed') {
-      if (op?.status !== 'failed' || live) return;
+      if (switched) return;
     } else {
-      if (op?.status !== 'succeeded' || live) return;
-      const left = Date.parse(line?.switched_at ?? op.updated_at) + payload.drainMs - Date.now();
+      if (!switched) return;
+      const left = Date.parse(line.switched_at ?? new Date(0).toISOString()) + payload.drainMs - Date.now();
       if (left > 0) throw new JobNotYet('draining the requests it was sent', Math.min(left + 50, 60_000));
     }
     if (payload.action === 'delete') {
@@ -146,5 +161,10 @@ export const packRetireJob = defineJob({
       return deleteBoxJob.run({ ...ctx, payload: { boxId: box.id } });
     }
     if (box.status === 'running' || box.status === 'stopping') return stopBoxJob.run({ ...ctx, payload: { boxId: box.id } });
+  },
+  /** A stop or delete that failed for good leaves the box failed with why, as those jobs do. */
+  async onFailed(ctx: JobContext<RetirePayload>, error: Error) {
+    const job = ctx.payload.action === 'delete' ? deleteBoxJob : stopBoxJob;
+    await job.onFailed?.({ ...ctx, payload: { boxId: ctx.payload.boxId } }, error);
   },
 });

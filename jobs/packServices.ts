@@ -30,6 +30,9 @@ export const packServicesJob = defineJob({
   },
 });
 
+/** The gate a deploy gives a published service that has none (docs/packs.md). */
+const DEFAULT_GATE_SECS = 30;
+
 /**
  * A job queued behind a create runs after it: a box still `creating` lost its create
  * (reconciliation failed the operation and skipped the box while this one was queued) and is
@@ -45,12 +48,14 @@ export async function assertCreated(db: Db, box: BoxRecord, what: string): Promi
 
 /** Starts the services of the revision `box` pinned, in the manifest's order, each through its
  *  ready gate; a refusal (a gate that fails, a user or cwd the box lacks) is the job's JobRefused. */
-export async function startPackServices(db: Db, node: BoxHost, box: BoxRecord, progress: (percent: number) => Promise<void>): Promise<void> {
+export async function startPackServices(db: Db, node: BoxHost, box: BoxRecord, progress: (percent: number) => Promise<void>, opts: { gatePublished?: boolean } = {}): Promise<void> {
   if (!box.pack || !box.pack_rev) return;
   const rev = await packsRepo.revision(db, box.pack, box.pack_rev);
   if (!rev) throw new JobRefused(`revision ${box.pack_rev} of pack ${box.pack} is gone`);
   const services = (JSON.parse(rev.content) as PackRevisionSpec).services ?? [];
-  for (const [i, spec] of services.entries()) {
+  for (const [i, declared] of services.entries()) {
+    const gated = opts.gatePublished && declared.publish && declared.port && !declared.ready;
+    const spec = gated ? { ...declared, ready: { tcp: declared.port!, timeout_secs: DEFAULT_GATE_SECS } } : declared;
     try {
       await node.startService(box, spec);
     } catch (e) {

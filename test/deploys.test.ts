@@ -199,8 +199,42 @@ t.test('deploy generations on a real host', async (t) => {
     await until(t, 'g4 is stopped', async () => (await status('site1-g4')) === 'stopped');
   });
 
+  t.test('a rollback asked while the replaced generation drains takes the line back', async (t) => {
+    const d = await call('POST', `${P}/site1/deploy?wait=120`, {});
+    t.match(d.body, { name: 'site1-g5', status: 'running' });
+    // At once: site1 is still serving its drain (2 s) when the rollback is asked.
+    t.equal(await status('site1'), 'running', 'site1 is still draining');
+    const back = await call('POST', `${P}/site1/rollback?wait=120`, {});
+    t.equal(back.status, 200, back.text);
+    t.match(back.body, { name: 'site1', status: 'running' });
+    await until(t, 'g5 is stopped', async () => (await status('site1-g5')) === 'stopped');
+    await sleep(2500);
+    t.equal(await status('site1'), 'running', 'the drain of the deploy did not stop the box the line went back to');
+    const served = await new Promise<string>((resolve) => {
+      const u = new URL(proxyUrl);
+      http.get({ host: u.hostname, port: u.port, path: '/index.html', headers: { host: siteHost } }, (res) => {
+        let b = '';
+        res.on('data', (c) => (b += c));
+        res.on('end', () => resolve(b.trim()));
+      });
+    });
+    t.equal(served, 'v1');
+    t.equal((await call('GET', `${P}/site1-g4`)).status, 404, 'the generation before was deleted by the deploy');
+    const taken = await call('POST', P, { name: 'site1-g9' });
+    t.equal(taken.status, 202, 'a name like a generation is any box name');
+    await call('GET', `/v1/operations/${taken.headers.get('operation-id')}/wait?timeout=60`);
+  });
+
   t.test('clean-up: deleting the live box ends the line', async (t) => {
-    for (const b of ['site1-g4', 'site1']) t.ok((await call('DELETE', `${P}/${b}?wait=60`)).status < 300);
+    t.equal((await call('DELETE', `${P}/site1-g5?wait=60`)).status, 204, 'a stopped generation is deleted');
+    const reuse = await call('POST', P, { name: 'site1-g5' });
+    t.equal(reuse.status, 202);
+    await call('GET', `/v1/operations/${reuse.headers.get('operation-id')}/wait?timeout=60`);
+    const stepped = await call('POST', `${P}/site1/deploy?wait=120`, {});
+    t.equal(stepped.body.name, 'site1-g6', 'a box left with the next generation\'s name is stepped over');
+    t.equal((await call('DELETE', `${P}/site1?wait=60`)).status < 300, true, 'the line lost its old generation');
+    t.equal((await call('POST', P, { name: 'site1', pack: 'site' })).status, 409, "a new box cannot take the name of a line that lives on");
+    for (const b of ['site1-g6', 'site1-g9', 'site1-g5']) t.ok((await call('DELETE', `${P}/${b}?wait=60`)).status < 300);
     t.same((await call('GET', P)).body.boxes, []);
     t.equal((await call('DELETE', '/v1/packs/site')).status, 204);
   });

@@ -80,7 +80,7 @@ const publishRow = (host: string, boxId: string, name: string, service: string |
 /** A line `line` whose live box is `live`, with a deploy to `next` under way as operation `op`. */
 async function line(name: string, live: BoxRecord, next: BoxRecord, op: string | null) {
   const at = now();
-  await deploysRepo.insertLine(db, { project: 'p', line: name, live_box_id: live.id, generation: 2, deploy_op: op, switched_at: null, created_at: at, updated_at: at });
+  await deploysRepo.insertLine(db, { project: 'p', line: name, live_box_id: live.id, generation: 2, deploy_op: op, switched_at: null, switched_by: null, created_at: at, updated_at: at });
   await deploysRepo.insertGeneration(db, { box_id: live.id, project: 'p', line: name, generation: 1 });
   await deploysRepo.insertGeneration(db, { box_id: next.id, project: 'p', line: name, generation: 2 });
 }
@@ -103,8 +103,9 @@ t.test('deploy: services first, then the switch in one go; a retry after it chan
   const moved = (await publishesRepo.ofBox(db, next.id)).map((p) => [p.name, p.host]);
   t.same(moved, [['extra', 'extra--web--p.localhost'], ['web', 'web--web--p.localhost']], "the line's hosts, a hand-made publish too");
   t.same(await publishesRepo.ofBox(db, live.id), [], 'the old generation serves none');
-  t.match(await deploysRepo.line(db, 'p', 'web'), { live_box_id: next.id, deploy_op: null });
+  t.match(await deploysRepo.line(db, 'p', 'web'), { live_box_id: next.id, deploy_op: null, switched_by: op });
   t.equal((await boxesRepo.byId(db, next.id))!.rollback_to, 'web');
+  t.match(await db('events').where({ box_id: next.id, kind: 'box.deployed' }), [{ box_name: 'web-g2' }], 'the switch recorded its event');
   await packDeployJob.run(ctxOf(host, payload, op));
   t.same(calls, ['start web-g2/web'], 'a retry after the switch does nothing');
 });
@@ -141,33 +142,45 @@ t.test('retire: waits for the deploy and the drain, then stops or deletes; nothi
   const { host, calls } = recordingHost();
   await t.rejects(packRetireJob.run(ctxOf(host, stop, newId('op'))), JobNotYet, 'the deploy is under way: wait');
 
-  await operationsRepo.update(db, op, { status: 'succeeded' });
-  await deploysRepo.updateLine(db, 'p', 'svc', { live_box_id: next.id, deploy_op: null, switched_at: now() });
+  // The deploy switched the line, and its operation then failed anyway (its run lost after the
+  // commit): the line, not the operation, says what happened.
+  await operationsRepo.update(db, op, { status: 'failed' });
+  await deploysRepo.updateLine(db, 'p', 'svc', { live_box_id: next.id, deploy_op: null, switched_at: now(), switched_by: op });
   const draining = await packRetireJob.run(ctxOf(host, stop, newId('op'))).catch((e) => e);
   t.type(draining, JobNotYet, 'switched a moment ago: still draining');
   t.ok(draining.retryInMs > 50_000 && draining.retryInMs <= 60_050, `looks again when the drain ends (${draining.retryInMs} ms)`);
   t.same(calls, []);
 
+  await packRetireJob.run(ctxOf(host, { boxId: old.id, deployOp: op, when: 'failed', action: 'stop', drainMs: 0 }, newId('op')));
+  t.same(calls, [], "a 'failed' retire does nothing to a box the deploy switched away from");
   await packRetireJob.run(ctxOf(host, { ...stop, drainMs: 0 }, newId('op')));
   t.same(calls, ['stop svc'], 'drained: stopped');
   t.equal((await boxesRepo.byId(db, old.id))!.status, 'stopped', 'and kept');
-
-  await packRetireJob.run(ctxOf(host, { boxId: next.id, deployOp: op, when: 'failed', action: 'stop', drainMs: 0 }, newId('op')));
-  t.same(calls, ['stop svc'], 'the new generation is not stopped: its deploy succeeded');
 
   await packRetireJob.run(ctxOf(host, { boxId: older.id, deployOp: op, when: 'switched', action: 'delete', drainMs: 0 }, newId('op')));
   t.same(calls, ['stop svc', `destroy ${older.id}`], 'an older generation is deleted');
   t.equal(await boxesRepo.byId(db, older.id), undefined);
   t.equal(await deploysRepo.generationOf(db, older.id), undefined, 'with its generation row');
 
-  // A deploy that failed: the live box is kept running, the generation it tried is stopped.
+  // A deploy that failed (the line never switched by it): the generation it tried is stopped,
+  // the others are left alone.
   const tried = await box('svc-g3');
+  const spare = await box('svc-spare');
   const failedOp = await operation(tried.id, 'failed');
   await deploysRepo.insertGeneration(db, { box_id: tried.id, project: 'p', line: 'svc', generation: 3 });
-  await packRetireJob.run(ctxOf(host, { boxId: next.id, deployOp: failedOp, when: 'switched', action: 'stop', drainMs: 0 }, newId('op')));
-  t.same(calls.length, 2, 'the live box is not stopped when the deploy failed');
+  await deploysRepo.insertGeneration(db, { box_id: spare.id, project: 'p', line: 'svc', generation: 4 });
+  await packRetireJob.run(ctxOf(host, { boxId: spare.id, deployOp: failedOp, when: 'switched', action: 'stop', drainMs: 0 }, newId('op')));
+  t.same(calls.length, 2, "a 'switched' retire does nothing when the deploy failed");
   await packRetireJob.run(ctxOf(host, { boxId: tried.id, deployOp: failedOp, when: 'failed', action: 'stop', drainMs: 0 }, newId('op')));
   t.same(calls.slice(2), ['stop svc-g3'], 'the failed generation is stopped');
+
+  // A rollback to a box under way (asked during the drain): its retire leaves it running.
+  const back = await operation(spare.id, 'queued');
+  await deploysRepo.updateLine(db, 'p', 'svc', { deploy_op: back });
+  const switchedOp = await operation(next.id, 'succeeded');
+  await deploysRepo.updateLine(db, 'p', 'svc', { live_box_id: next.id, switched_by: switchedOp, switched_at: new Date(0).toISOString() });
+  await packRetireJob.run(ctxOf(host, { boxId: spare.id, deployOp: switchedOp, when: 'switched', action: 'stop', drainMs: 0 }, newId('op')));
+  t.same(calls.slice(2), ['stop svc-g3'], 'the box a rollback is bringing back is not stopped');
 
   // Deleting the live box ends its line.
   await boxesRepo.remove(db, next.id);

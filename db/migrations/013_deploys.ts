@@ -4,7 +4,8 @@ import type { Knex } from 'knex';
  * Deploy generations (docs/packs.md "Deploy generations"). A line is an instance and the boxes
  * deployed after it, named by the instance (`line`): the publishes of the line keep its host names
  * whichever generation serves them. `live_box_id` is the generation that holds them; `deploy_op`
- * the deploy or rollback under way (null when none), `switched_at` when the publishes last moved.
+ * the deploy or rollback under way (null when none), `switched_at` when the publishes last moved
+ * and `switched_by` the operation that moved them.
  * `deploy_generations` names each box of a line with its number (the instance is 1). Tokens get
  * `scopes` (JSON array, null for none): `deploy` lets a project token deploy and roll back.
  */
@@ -16,6 +17,7 @@ export async function up(db: Knex): Promise<void> {
     t.integer('generation').notNullable();
     t.string('deploy_op').nullable();
     t.string('switched_at').nullable();
+    t.string('switched_by').nullable();
     t.string('created_at').notNullable();
     t.string('updated_at').notNullable();
     t.primary(['project', 'line']);

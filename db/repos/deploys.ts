@@ -9,6 +9,7 @@ export interface DeployLineRow {
   generation: number;
   deploy_op: string | null;
   switched_at: string | null;
+  switched_by: string | null;
   created_at: string;
   updated_at: string;
 }
