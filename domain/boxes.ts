@@ -13,6 +13,7 @@ import { boxActionOf, boxJobs } from '../jobs/boxJobs';
 import { packJobs } from '../jobs/packServices';
 import { packsRepo } from '../db/repos/packs';
 import { deploysRepo } from '../db/repos/deploys';
+import { outputsRepo, type EnvLinkRow } from '../db/repos/outputs';
 import { putPublish, type PublishRequest } from './publishes';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
@@ -35,6 +36,8 @@ export interface CreateBoxRequest {
   lifecycle?: string | null;
   pack?: string | null;
   tags?: Record<string, string> | null;
+  /** Not the route's: the `env_from` links domain/instances.ts resolved, kept with the box. */
+  envLinks?: Omit<EnvLinkRow, 'box_id'>[];
 }
 
 export interface UpdateBoxRequest {
@@ -243,6 +246,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
       // An instance's pack, locked: a delete of it waits for this insert and then sees the instance.
       if (instance && !(await packsRepo.lock(trx, instance.pack))) throw invalidField('pack', `pack ${instance.pack} is not installed`);
       await boxesRepo.insert(trx, box);
+      await outputsRepo.insertLinks(trx, (req.envLinks ?? []).map((l) => ({ ...l, box_id: box.id })));
       const created = await enqueueBoxJob(ctx, trx, box, boxJobs.create.of({ boxId: box.id, source }), identity);
       for (const p of instance?.publishes ?? []) await putPublish({ db: trx, config: ctx.config }, box, p);
       if (instance?.followUp) return instance.followUp(trx, box);

@@ -8,6 +8,7 @@ import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo, type DeployLineRow } from '../db/repos/deploys';
 import { operationsRepo, isFinished, type OperationRow } from '../db/repos/operations';
 import { packsRepo } from '../db/repos/packs';
+import { outputsRepo } from '../db/repos/outputs';
 import { boxJobs } from '../jobs/boxJobs';
 import { deployJobs, type PlannedPublish, type RetirePayload } from '../jobs/packDeploy';
 import { enqueueBoxJob, loadBox, pendingActions, reload } from './boxes';
@@ -120,11 +121,14 @@ export async function deployInstance(ctx: DomainContext, identity: Identity, pro
     return op;
   };
 
+  // Its env_from links go with it, rendered again at its starts as the live box's are.
+  const envLinks = (await outputsRepo.links(ctx.db, live.id)).map(({ box_id: _, ...l }) => l);
   return createInstance(ctx, identity, project, {
     name: genName,
     config: live.config,
     environment: live.environment,
     tags: live.tags,
+    envLinks,
   }, live.pack, revision, { lifecycle: 'deploy', rollbackTo: live.name, followUp });
 }
 

@@ -11,7 +11,9 @@ import type { PackRevisionSpec } from '../core/apiTypes';
 import { resolveBase } from './baseResolve';
 import { buildVersion } from './bases';
 import { startBuild } from './baseBuilds';
-import { defaultRevision, pinnedRevision } from './packs';
+import { defaultRevision } from './packs';
+import { outputsOf, resolveInstance } from '../jobs/outputs';
+import type { EnvLinkRow } from '../db/repos/outputs';
 import { checkPublishName } from '../core/services';
 
 /**
@@ -29,8 +31,9 @@ export async function createBoxOrInstance(ctx: DomainContext, identity: Identity
     if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
     if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
   }
-  const environment = { ...(await outputsOf(ctx, project, req.env_from ?? [])), ...(req.environment ?? {}) };
-  const plain = { ...req, environment, pack: undefined, lifecycle: undefined, env_from: undefined };
+  const linked = await outputsFrom(ctx, project, req.env_from ?? [], req.environment ?? {});
+  const environment = { ...linked.env, ...(req.environment ?? {}) };
+  const plain = { ...req, environment, pack: undefined, lifecycle: undefined, env_from: undefined, envLinks: linked.links };
   if (!req.pack) return createBox(ctx, identity, project, plain);
   if (req.base) throw invalidField('base', 'an instance is made from its pack\'s base: give pack or base, not both');
   if (req.fork) throw invalidField('fork', 'an instance is made from its pack\'s base: give pack or fork, not both');
@@ -80,24 +83,31 @@ async function buildNode(ctx: DomainContext, base: string, version: string): Pro
 }
 
 /**
- * `env_from`: each named box (same project) must be a pack instance; its revision's outputs,
- * rendered over that instance, become `<ALIAS>_<KEY>` variables. Templates know `{{name}}`,
- * `{{project}}`, `{{address}}`, `{{node}}`, `{{pack}}` and `{{rev}}`; anything else is left as
- * written. Resolved at create (docs/packs.md says when a changed output arrives).
+ * `env_from`: each named box (same project; a deploy line's name means its live generation)
+ * must be a pack instance; its revision's outputs, rendered over that instance
+ * (jobs/outputs.ts), become `<ALIAS>_<KEY>` variables. The links are kept with the box, which
+ * renders them again at each start (docs/packs.md "Outputs and env_from"); a variable the
+ * request's own `environment` sets is the box's, never overwritten.
  */
-async function outputsOf(ctx: DomainContext, project: string, from: { alias: string; box: string }[]): Promise<Record<string, string>> {
+async function outputsFrom(ctx: DomainContext, project: string, from: { alias: string; box: string }[], own: Record<string, string>): Promise<{ env: Record<string, string>; links: Omit<EnvLinkRow, 'box_id'>[] }> {
   const env: Record<string, string> = {};
+  const links: Omit<EnvLinkRow, 'box_id'>[] = [];
   for (const [i, e] of from.entries()) {
-    const src = await boxesRepo.get(ctx.db, project, e.box);
+    const src = await resolveInstance(ctx.db, project, e.box);
     if (!src) throw invalidField(`env_from.${i}.box`, `box ${project}/${e.box} does not exist`);
-    if (!src.pack || !src.pack_rev) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
-    const outputs = (await pinnedRevision(ctx, src.pack, src.pack_rev)).outputs ?? {};
-    for (const [key, template] of Object.entries(outputs)) env[`${e.alias.toUpperCase()}_${key}`] = render(template, src);
+    const outputs = await outputsOf(ctx.db, src, ctx.config);
+    if (!outputs) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
+    const keys: string[] = [];
+    const mine: string[] = [];
+    for (const [key, value] of Object.entries(outputs)) {
+      const name = `${e.alias.toUpperCase()}_${key}`;
+      if (name in own) mine.push(name);
+      else {
+        env[name] = value;
+        keys.push(name);
+      }
+    }
+    links.push({ position: i, alias: e.alias, source: e.box, keys: JSON.stringify(keys), own: JSON.stringify(mine) });
   }
-  return env;
-}
-
-function render(template: string, b: BoxRecord): string {
-  const vars: Record<string, string> = { name: b.name, project: b.project, address: b.address ?? '', node: b.node, pack: b.pack ?? '', rev: b.pack_rev ?? '' };
-  return template.replace(/\{\{\s*([a-z_]+)\s*\}\}/g, (whole, k: string) => (k in vars ? vars[k] : whole));
+  return { env, links };
 }

@@ -6,6 +6,7 @@ import { packsRepo } from '../db/repos/packs';
 import type { PackRevisionSpec } from '../core/apiTypes';
 import { BoxhostError } from '../core/errors';
 import { defineJob, jobType, JobRefused } from './types';
+import { renderOwn } from './outputs';
 import type { BoxRef } from './boxJobs';
 
 /** The job of a pack instance's services, queued behind its create (docs/packs.md "Instances"). */
@@ -55,7 +56,10 @@ export async function startPackServices(db: Db, node: BoxHost, box: BoxRecord, p
   const services = (JSON.parse(rev.content) as PackRevisionSpec).services ?? [];
   for (const [i, declared] of services.entries()) {
     const gated = opts.gatePublished && declared.publish && declared.port && !declared.ready;
-    const spec = gated ? { ...declared, ready: { tcp: declared.port!, timeout_secs: DEFAULT_GATE_SECS } } : declared;
+    const gate = gated ? { ready: { tcp: declared.port!, timeout_secs: DEFAULT_GATE_SECS } } : {};
+    // Its env may name the instance's own outputs' values ({{secret.password}}, {{port.web}}).
+    const env = declared.env ? { env: await renderOwn(db, box, { proxyPort: 0 }, declared.env) } : {};
+    const spec = { ...declared, ...gate, ...env };
     try {
       await node.startService(box, spec);
     } catch (e) {

@@ -30,6 +30,7 @@ const revision = (text: string, extra: object = {}) => ({
     ready: { http: '/index.html', timeout_secs: 30 },
     publish: { name: 'web' },
   }],
+  outputs: { REV: '{{rev}}', NAME: '{{name}}', TEXT: text },
   ...extra,
 });
 
@@ -119,6 +120,9 @@ t.test('deploy generations on a real host', async (t) => {
     t.equal(badScope.status, 400, 'an unknown scope');
     t.equal((await call('POST', `${P}`, { name: 'x1', pack: 'site', lifecycle: 'deploy' })).status, 400, 'the public create still refuses deploy');
     for (const b of ['plain', 'devsite']) await call('DELETE', `${P}/${b}?wait=60`);
+    // A consumer of the line's outputs, made while site1 (v1) is live; its own SITE_TEXT wins.
+    const client = await call('POST', `${P}?wait=60`, { name: 'client', env_from: [{ alias: 'site', box: 'site1' }], environment: { SITE_TEXT: 'mine' } });
+    t.match(client.body.environment, { SITE_REV: revs.v1.rev, SITE_NAME: 'site1', SITE_TEXT: 'mine' });
     t.equal((await call('GET', `${P}/site1`)).body.status, 'running', 'the refusals left the instance as it was');
   });
 
@@ -143,6 +147,16 @@ t.test('deploy generations on a real host', async (t) => {
     t.match(g2, { status: 'running', lifecycle: 'deploy', pack_rev: revs.v2.rev, rollback_to: 'site1' });
     t.match(g2.publishes, [{ name: 'web', host: siteHost }], "the line's host is the new generation's");
     t.same((await call('GET', `${P}/site1`)).body.publishes, [], 'and no longer the old one\'s');
+  });
+
+  t.test("env_from: a consumer gets the line's new outputs at its next start", async (t) => {
+    t.match((await call('GET', `${P}/client`)).body.environment, { SITE_REV: revs.v1.rev, SITE_NAME: 'site1' }, 'not before');
+    t.equal((await call('POST', `${P}/client/stop?wait=60`)).body.status, 'stopped');
+    t.equal((await call('POST', `${P}/client/resume?wait=60`)).body.status, 'running');
+    t.match((await call('GET', `${P}/client`)).body.environment, { SITE_REV: revs.v2.rev, SITE_NAME: 'site1-g2', SITE_TEXT: 'mine' }, 'the live generation, the own variable kept');
+    const seen = await call('POST', `${P}/client/exec`, { command: ['sh', '-c', '. /etc/boxes-env; echo $SITE_NAME $SITE_TEXT'] });
+    t.equal(seen.body.stdout, 'site1-g2 mine\n', 'in the box');
+    t.equal((await call('DELETE', `${P}/client?wait=60`)).status < 300, true);
   });
 
   t.test('a rollback (by a project token with the deploy scope) switches back the same way', async (t) => {

@@ -23,13 +23,13 @@ const manifest = {
       base: 'kv-base',
       parent: 'busybox',
       script: 'mkdir -p /srv/kv && echo kv-ready > /srv/kv/README',
-      services: [{ name: 'web', command: ['httpd', '-f', '-p', '8080', '-h', '/srv/kv'], port: 8080, ready: { http: '/README', timeout_secs: 30 }, publish: { name: 'web' } }],
+      services: [{ name: 'web', command: ['httpd', '-f', '-p', '8080', '-h', '/srv/kv'], port: 8080, ready: { http: '/README', timeout_secs: 30 }, publish: { name: 'web' }, env: { KV_PASS: '{{secret.password}}' }, secret_env: ['KV_PASS'] }],
       verbs: {
         put: { command: ['sh', '-c', 'echo "$2" > /srv/kv/"$1" && echo stored "$1" by "${KV_USER:-nobody}"', 'put'], description: 'store a value', env: ['KV_USER'] },
         get: { command: ['cat'], description: 'print a file' },
         fail: { command: ['sh', '-c', 'echo no >&2; exit 3'] },
       },
-      outputs: { HOST: '{{address}}', NAME: '{{name}}.{{project}}', KEEP: '{{unknown}}' },
+      outputs: { HOST: '{{address}}', NAME: '{{name}}.{{project}}', KEEP: '{{unknown}}', PORT: '{{port.web}}', PUB: '{{host.web}}', PASS: '{{secret.password}}', NOPE: '{{port.nope}}' },
     },
   },
 };
@@ -311,7 +311,14 @@ t.test('packs on a real host', async (t) => {
     const kv1 = (await call('GET', '/v1/projects/pk/boxes/kv1')).body;
     const r = await call('POST', '/v1/projects/pk/boxes?wait=120', { name: 'client', env_from: [{ alias: 'store', box: 'kv1' }], environment: { OWN: '1' } });
     t.equal(r.status, 200, r.text);
-    t.match(r.body.environment, { STORE_HOST: kv1.address, STORE_NAME: 'kv1.pk', STORE_KEEP: '{{unknown}}', OWN: '1' });
+    t.match(r.body.environment, { STORE_HOST: kv1.address, STORE_NAME: 'kv1.pk', STORE_KEEP: '{{unknown}}', OWN: '1', STORE_PORT: '8080', STORE_PUB: 'web--kv1--pk.localhost', STORE_NOPE: '{{port.nope}}' });
+    const pass = r.body.environment.STORE_PASS;
+    t.match(pass, /^[A-Za-z0-9_-]{32}$/, 'a secret made for the instance');
+    const served = await call('POST', '/v1/projects/pk/boxes/kv1/exec', { command: ['sh', '-c', 'for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ 2>/dev/null | grep "^KV_PASS="; done | sort -u'] });
+    t.equal(served.body.stdout, `KV_PASS=${pass}\n`, "the instance's own service got the same secret in its env");
+    const again = await call('POST', '/v1/projects/pk/boxes?wait=120', { name: 'client2', env_from: [{ alias: 'store', box: 'kv1' }] });
+    t.equal(again.body.environment.STORE_PASS, pass, 'the secret is kept per instance: every consumer gets the same');
+    await call('DELETE', '/v1/projects/pk/boxes/client2?wait=60');
     const env = await call('POST', '/v1/projects/pk/boxes/client/exec', { command: ['sh', '-c', 'echo $STORE_HOST $STORE_NAME'] });
     t.equal(env.body.stdout, `${kv1.address} kv1.pk\n`, 'in the box');
     const bad = await call('POST', '/v1/projects/pk/boxes', { name: 'c2', env_from: [{ alias: 'x', box: 'plain' }] });

@@ -1,3 +1,4 @@
+import { refreshLinkedEnv } from '../jobs/outputs';
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
@@ -29,6 +30,8 @@ export interface BoxStepsDeps {
   volumes: VolumeDriver;
   /** Recipe bases (`debian`) are made on the node by the first create that needs them. */
   recipes?: Pick<RecipeBases, 'ensure'>;
+  /** The publish proxy's port, for `{{url.*}}` outputs rendered at a start (jobs/outputs.ts). */
+  proxyPort?: number;
 }
 
 /**
@@ -76,6 +79,8 @@ export class BoxSteps implements BoxHost {
     const idMap = projectIdMap(net.index);
     const netnsPath = await this.boxNetns(box.id, net, idMap);
     const volumes = await this.volumeMounts(box);
+    // The outputs it takes from other instances (env_from), as they are now.
+    const environment = await refreshLinkedEnv(this.d.db, box, { proxyPort: this.d.proxyPort ?? 0 });
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -83,7 +88,7 @@ export class BoxSteps implements BoxHost {
       netnsPath,
       cpus: box.config.cpus,
       ramMb: box.config.ram_mb,
-      environment: box.environment,
+      environment,
       mounts: volumes.map(({ source, destination, readOnly }) => ({ source, destination, readOnly })),
       idMap,
     };

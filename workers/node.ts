@@ -109,7 +109,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
       closers.push(() => proxy.close());
       sourcesProxy = proxy;
     }
-    const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers, recipes }), recipes, sourcesProxy, jobState };
+    const ctx: WorkerContext = { config, db, log, ...drivers, boxes: new BoxSteps({ db, ...drivers, recipes, proxyPort: config.proxyPort }), recipes, sourcesProxy, jobState };
     const local = new LocalNode(config.nodeId, drivers.runtime, drivers.storage, drivers.volumes);
     local.maxConcurrentExecs = config.execLimits.perNode;
     local.baseImports = { stagingDir: stagingDirOf(config), ...config.baseImport };

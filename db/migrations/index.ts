@@ -13,6 +13,7 @@ import * as m011 from './011_volume_moves';
 import * as m012 from './012_packs';
 import * as m013 from './013_deploys';
 import * as m014 from './014_webhooks';
+import * as m015 from './015_outputs';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -31,6 +32,7 @@ const all: Record<string, Migration> = {
   '012_packs': m012,
   '013_deploys': m013,
   '014_webhooks': m014,
+  '015_outputs': m015,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -2,6 +2,7 @@ import type { Db } from '../knex';
 import { fromJson, toJson } from '../json';
 import { now } from '../../core/ids';
 import { deploysRepo } from './deploys';
+import { outputsRepo } from './outputs';
 import type { BoxStatus } from '../../core/box';
 import type { BoxConfig, DataMount as ApiDataMount } from '../../core/apiTypes';
 
@@ -80,8 +81,9 @@ export const boxesRepo = {
     const r = await (opts.lock ? q.forUpdate() : q);
     return r ? decodeBox(r) : undefined;
   },
-  byId: async (db: Db, id: string) => {
-    const r = await db<BoxRow>('boxes').where({ id }).first();
+  byId: async (db: Db, id: string, opts: { lock?: boolean } = {}) => {
+    const q = db<BoxRow>('boxes').where({ id }).first();
+    const r = await (opts.lock ? q.forUpdate() : q);
     return r ? decodeBox(r) : undefined;
   },
   insert: (db: Db, b: BoxRecord) => db<BoxRow>('boxes').insert(encode(b) as BoxRow),
@@ -93,6 +95,7 @@ export const boxesRepo = {
     await db('publishes').where({ box_id: id }).delete();
     await db('data_attachments').where({ box_id: id }).delete();
     await deploysRepo.forgetBox(db, id);
+    await outputsRepo.forgetBox(db, id);
     return db<BoxRow>('boxes').where({ id }).delete();
   },
   /** Boxes (of any project, in any state) made from one of these `name@version` bases. */
