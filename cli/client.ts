@@ -208,10 +208,10 @@ export class Client {
    * A streamed call: `body` (if any) piped up as raw bytes, the answer handed back as a stream
    * when it is a 2xx (the caller reads it), else thrown as the api's error.
    */
-  stream(method: string, p: string, query: Query, body?: NodeJS.ReadableStream): Promise<http.IncomingMessage> {
+  stream(method: string, p: string, query: Query, body?: NodeJS.ReadableStream, extraHeaders: Record<string, string> = {}): Promise<http.IncomingMessage> {
     const url = new URL(this.endpoint.url + p);
     for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
-    const headers: Record<string, string> = { 'user-agent': `box-cli/${clientVersion()}` };
+    const headers: Record<string, string> = { 'user-agent': `box-cli/${clientVersion()}`, ...extraHeaders };
     if (this.endpoint.token) headers.authorization = `Bearer ${this.endpoint.token}`;
     if (body) headers['content-type'] = 'application/octet-stream';
     const mod = url.protocol === 'https:' ? https : http;

@@ -19,6 +19,8 @@ export interface Config {
   publishDomain: string;
   /** How long a generation replaced by a deploy keeps serving before it is stopped (docs/packs.md). */
   deployDrainSecs: number;
+  /** An event stream ends after this long (the client reconnects with Last-Event-ID). */
+  eventStreamMaxSecs: number;
   proxyPort: number;
   region: string;
   logLevel: string;
@@ -106,6 +108,7 @@ const envSchema = Joi.object({
   BOXHOST_POOL_SIZE_GB: Joi.number().integer().min(1).max(100000).default(20),
   BOXHOST_PUBLISH_DOMAIN: Joi.string().hostname().lowercase().default('localhost'),
   BOXHOST_PROXY_PORT: Joi.number().integer().min(0).max(65535).default(8081),
+  BOXHOST_EVENT_STREAM_MAX_SECS: Joi.number().integer().min(1).max(7 * 24 * 3600).default(3600),
   BOXHOST_DEPLOY_DRAIN_SECS: Joi.number().integer().min(2).max(3600).default(10),
   BOXHOST_REGION: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   LOG_LEVEL: Joi.string().valid('trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent').default('info'),
@@ -206,6 +209,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     poolSizeGb: value.BOXHOST_POOL_SIZE_GB,
     publishDomain: value.BOXHOST_PUBLISH_DOMAIN,
     deployDrainSecs: value.BOXHOST_DEPLOY_DRAIN_SECS,
+    eventStreamMaxSecs: value.BOXHOST_EVENT_STREAM_MAX_SECS,
     proxyPort: value.BOXHOST_PROXY_PORT,
     region: value.BOXHOST_REGION,
     logLevel: value.LOG_LEVEL,

@@ -87,6 +87,9 @@ export function streamKinds(spec: string | undefined): string[] | undefined {
   return [...out];
 }
 
+/** The position of the newest event: where a stream from now begins. */
+export const eventsNow = (ctx: Pick<DomainContext, 'db'>) => eventsRepo.lastSeq(ctx.db);
+
 /** Whether a row is one the stream's token and filters want. */
 function matcher(identity: Identity, f: StreamFilter): (r: EventRow) => boolean {
   const kinds = streamKinds(f.kinds);

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import t from 'tap';
 import type { Test } from 'tap';
 import { startTestHost } from './helpers/host';
@@ -54,7 +54,7 @@ async function receiver() {
 }
 
 t.test('webhooks on a real host', async (t) => {
-  const host = await startTestHost(t, { BOXHOST_WEBHOOK_ALLOW_NETS: '127.0.0.1/32', BOXHOST_WEBHOOK_RETRY_MS: '100' });
+  const host = await startTestHost(t, { BOXHOST_WEBHOOK_ALLOW_NETS: '127.0.0.1/32', BOXHOST_WEBHOOK_RETRY_MS: '100', BOXHOST_EVENT_STREAM_MAX_SECS: '1' });
   const rx = await receiver();
   t.teardown(rx.close);
   const call = (method: string, p: string, body?: unknown, token?: string) => host.call(method, p, { body, ...(token !== undefined ? { token } : {}) });
@@ -153,6 +153,25 @@ t.test('webhooks on a real host', async (t) => {
     t.match(bad.stderr, /private/);
     const rm = await box('webhook', 'rm', cli.id);
     t.equal(rm.code, 0, rm.stderr);
+  });
+
+  t.test('box events -f reconnects when its stream ends (here after 1 s) and misses nothing', async (t) => {
+    const env = { ...process.env, BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken };
+    const follower = spawn(process.execPath, [MAIN, 'events', '-f', '--project', 'wh', '--json'], { env });
+    let out = '';
+    let err = '';
+    follower.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    follower.stderr.on('data', (b: Buffer) => (err += b.toString()));
+    t.teardown(() => void follower.kill());
+    await sleep(2500); // its first stream has ended by now
+    t.equal((await call('POST', '/v1/projects/wh/boxes?wait=60', { name: 'b3' })).status, 200);
+    await sleep(1200);
+    t.equal((await call('POST', '/v1/projects/wh/boxes/b3/stop?wait=60')).status, 200);
+    if (!(await until(t, 'both events printed', () => out.includes('"box.stopped"')))) t.comment(`stdout: ${out}\nstderr: ${err}`);
+    const kinds = out.trim().split('\n').map((l) => JSON.parse(l)).filter((e) => e.box_name === 'b3').map((e) => e.kind);
+    t.same(kinds, ['box.created', 'box.stopped'], 'each once, in order, across reconnects');
+    t.equal(follower.exitCode, null, 'still following');
+    await call('DELETE', '/v1/projects/wh/boxes/b3?wait=60');
   });
 
   t.test('clean-up', async (t) => {

@@ -99,9 +99,34 @@ export function register(program: Command): void {
     }));
 }
 
-/** `box events -f`: the SSE stream, one line per event (`--json`: one JSON object per line). */
+/**
+ * `box events -f`: the SSE stream, one line per event (`--json`: one JSON object per line). A
+ * stream that ends (the api's hour limit, a restart, a network blip) is opened again with
+ * `Last-Event-ID`, so nothing is missed; a refusal (401, 404, 400) ends the command.
+ */
 async function followStream(ctx: Ctx, query: Record<string, string | undefined>): Promise<void> {
-  const res = await ctx.client.stream('GET', '/v1/events/stream', query);
+  let last: string | undefined;
+  let connected = false;
+  for (let failures = 0; ; ) {
+    try {
+      const res = await ctx.client.stream('GET', '/v1/events/stream', query, undefined, last ? { 'last-event-id': last } : {});
+      connected = true;
+      failures = 0;
+      last = await readFrames(ctx, res, last);
+    } catch (e) {
+      const status = (e as { status?: number }).status;
+      // The first connection failing is the user's to hear about; later ones are waited out.
+      if (!connected || (status !== undefined && status < 500 && status !== 429)) throw e;
+      failures++;
+      if (!ctx.json) process.stderr.write(`the event stream broke off; reconnecting…\n`);
+    }
+    // Reconnect, a little later each time the api does not answer (at most every 10 s).
+    await new Promise((r) => setTimeout(r, Math.min(500 * 2 ** failures, 10_000)));
+  }
+}
+
+/** Prints each event of one stream; answers the id of the last one seen. */
+async function readFrames(ctx: Ctx, res: NodeJS.ReadableStream & { setEncoding(e: string): void }, last: string | undefined): Promise<string | undefined> {
   res.setEncoding('utf8');
   let buf = '';
   for await (const chunk of res) {
@@ -112,10 +137,13 @@ async function followStream(ctx: Ctx, query: Record<string, string | undefined>)
       buf = buf.slice(at + 2);
       let kind = 'message';
       let data = '';
+      let id: string | undefined;
       for (const line of frame.split('\n')) {
         if (line.startsWith('event:')) kind = line.slice(6).trim();
         else if (line.startsWith('data:')) data += line.slice(5).trim();
+        else if (line.startsWith('id:')) id = line.slice(3).trim();
       }
+      if (id) last = id;
       if (!data) continue;
       const e = JSON.parse(data) as PackEvent & BoxEvent;
       if (ctx.json) process.stdout.write(`${JSON.stringify({ ...e, kind })}\n`);
@@ -123,4 +151,5 @@ async function followStream(ctx: Ctx, query: Record<string, string | undefined>)
       else say(`${formatTime(e.ts)}  ${e.project}/${e.box_name}  ${kind}  by ${e.who}${e.error ? `  ${e.error}` : ''}`);
     }
   }
+  return last;
 }

@@ -2,7 +2,7 @@ import Joi from 'joi';
 import { createSession } from 'better-sse';
 import { defineRoute } from '../../http/route';
 import { eventFilters } from './schemas';
-import { followEvents, StreamFilter, streamKinds } from '../../../domain/events';
+import { eventsNow, followEvents, StreamFilter, streamKinds } from '../../../domain/events';
 import { BoxhostError, invalid } from '../../../core/errors';
 import { assertProject } from '../../../domain/access';
 
@@ -40,7 +40,7 @@ export default defineRoute<unknown, StreamFilter>({
     const gone = new AbortController();
     const end = () => gone.abort();
     res.once('close', end);
-    const lifetime = setTimeout(end, STREAM_MAX_MS);
+    const lifetime = setTimeout(end, api.config.eventStreamMaxSecs * 1000);
     try {
       // Everything that can be refused is, before the stream starts (an error body, not an event).
       const after = lastEventId(req.headers['last-event-id']);
@@ -50,7 +50,13 @@ export default defineRoute<unknown, StreamFilter>({
       const session = await createSession(req, res, { keepAlive: 15_000, retry: 2000, trustClientEventId: false });
       session.once('disconnected', end);
       if (res.destroyed) return;
-      for await (const { seq, kind, event } of followEvents(api, identity, query, after, gone.signal)) {
+      // A stream from now says where now is (an `id:` field alone, no event), so a client that
+      // reconnects before any event came resumes from there and misses nothing between.
+      const from = after ?? (await eventsNow(api));
+      if (after === undefined) await session.batch((b) => void b.id(String(from)).dispatch());
+      // It ends after BOXHOST_EVENT_STREAM_MAX_SECS whatever happens (the client reconnects with
+      // Last-Event-ID; a token revoked meanwhile is refused then).
+      for await (const { seq, kind, event } of followEvents(api, identity, query, from, gone.signal)) {
         if (gone.signal.aborted || res.destroyed) break;
         session.push(event, kind, String(seq));
         // A client that reads slowly slows the stream (it resumes with Last-Event-ID if it drops).
@@ -76,9 +82,6 @@ export default defineRoute<unknown, StreamFilter>({
 export const STREAMS_PER_TOKEN = 8;
 const openStreams = new Map<string, number>();
 
-/** A stream ends after this long whatever happens (its client reconnects with Last-Event-ID;
- *  a token revoked meanwhile is refused then). */
-const STREAM_MAX_MS = 3600 * 1000;
 
 function drained(res: NodeJS.WritableStream & { once: NodeJS.EventEmitter['once']; off: NodeJS.EventEmitter['off'] }, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
