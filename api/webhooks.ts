@@ -10,7 +10,10 @@ import { settingsRepo } from '../db/repos/settings';
 import { webhooksRepo, type WebhookRow } from '../db/repos/webhooks';
 import { eventsRepo } from '../db/repos/events';
 import { followEvents } from '../domain/events';
-import { policyOf } from '../domain/webhooks';
+import { DISABLE_AFTER, policyOf } from '../domain/webhooks';
+import { ADMIN_TOKEN_ID } from '../domain/tokens';
+import { tokensRepo } from '../db/repos/tokens';
+import IORedis from 'ioredis';
 import type { AddressPolicy } from '../core/addressPolicy';
 import { now } from '../core/ids';
 
@@ -29,6 +32,7 @@ export const WEBHOOK_QUEUE = 'webhooks';
 const CURSOR_KEY = 'webhooks.cursor';
 const ATTEMPTS = 8;
 const TIMEOUT_MS = 10_000;
+const LOOKUP_TIMEOUT_MS = 5_000;
 const CONCURRENCY = 16;
 /** What is read of an answer (its status is what counts). */
 const MAX_ANSWER_BYTES = 64 * 1024;
@@ -48,7 +52,15 @@ export const signature = (secret: string, timestamp: string, body: string) =>
  *  answered (no second resolution a name could rebind in between). */
 function guardedLookup(policy: AddressPolicy): net.LookupFunction {
   return (hostname, options, callback) => {
+    // A resolver that does not answer holds a threadpool thread; the delivery does not wait on it.
+    let settled = false;
+    const timer = setTimeout(() => {
+      settled = true;
+      (callback as (e: Error) => void)(Object.assign(new Error(`${hostname} did not resolve within ${LOOKUP_TIMEOUT_MS / 1000} s`), { code: 'ETIMEOUT' }));
+    }, LOOKUP_TIMEOUT_MS);
     dns.lookup(hostname, { all: true, family: (options as dns.LookupOptions).family ?? 0 }, (err, addresses) => {
+      clearTimeout(timer);
+      if (settled) return;
       if (err) return (callback as (e: Error) => void)(err);
       const ok = addresses.filter((a) => policy.refusal(a.address) === null);
       if (ok.length === 0) {
@@ -106,12 +118,21 @@ export interface Webhooks {
 export async function startWebhooks(api: ApiContext, connection: RedisOptions, prefix: string): Promise<Webhooks> {
   const policy = policyOf(api.config);
   const log = api.log.child({ part: 'webhooks' });
-  const queue = new Queue<Delivery>(WEBHOOK_QUEUE, { connection: connection as ConnectionOptions, prefix });
+  // Adds fail fast while Redis is down (the dispatcher retries from its cursor) rather than
+  // queue for ever: a stop never waits on them.
+  const client = new IORedis({ ...connection, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+  client.on('error', () => undefined);
+  const queue = new Queue<Delivery>(WEBHOOK_QUEUE, { connection: client, prefix });
   queue.on('error', () => undefined);
 
   const deliver = async (job: Job<Delivery>) => {
     const w = await webhooksRepo.get(api.db, job.data.webhookId);
-    if (!w) return; // removed since
+    if (!w || w.disabled_at) return; // removed or disabled since
+    // A webhook lives no longer than the token that made it (the bootstrap admin token has no row).
+    if (w.token_id && w.token_id !== ADMIN_TOKEN_ID) {
+      const token = await tokensRepo.byId(api.db, w.token_id);
+      if (!token || (token.expires_at && Date.parse(token.expires_at) <= Date.now())) return;
+    }
     const body = JSON.stringify({ id: job.data.eventId, kind: job.data.kind, event: job.data.event });
     const timestamp = String(Math.floor(Date.now() / 1000));
     const headers = {
@@ -125,17 +146,27 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
     try {
       status = await post(new URL(w.url), body, headers, policy);
     } catch (e) {
-      await webhooksRepo.recordAttempt(api.db, w.id, { last_attempt_at: now(), last_status: null, last_error: (e as Error).message.slice(0, 500) });
+      // What the resolver answered stays in the log: the record (project tokens read it) says only
+      // what kind of failure it was.
+      const code = (e as NodeJS.ErrnoException).code;
+      const shown = code === 'EREFUSEDADDRESS' ? 'the URL resolves to an address webhooks are not sent to'
+        : code === 'ETIMEOUT' || /within/.test((e as Error).message) ? 'no answer in time'
+        : code ? `the connection failed (${code})` : 'the connection failed';
+      log.info({ webhook: w.id, err: (e as Error).message }, 'a webhook delivery failed');
+      await webhooksRepo.recordAttempt(api.db, w.id, { last_attempt_at: now(), last_status: null, last_error: shown });
       throw e;
     }
     const ok = status >= 200 && status < 300;
     await webhooksRepo.recordAttempt(api.db, w.id, { last_attempt_at: now(), last_status: status, last_error: ok ? null : `answered ${status}`, ...(ok ? { last_success_at: now() } : {}) });
     if (!ok) throw new Error(`answered ${status}`);
+    await webhooksRepo.recordOutcome(api.db, w.id, true, DISABLE_AFTER, now());
   };
   const worker = new Worker<Delivery>(WEBHOOK_QUEUE, deliver, { connection: connection as ConnectionOptions, prefix, concurrency: CONCURRENCY });
   worker.on('error', (err) => log.warn({ err: err.message }, 'webhook worker connection error'));
   worker.on('failed', (job, err) => {
-    if (job && job.attemptsMade >= ATTEMPTS) log.warn({ webhook: job.data.webhookId, event: job.data.eventId, err: err.message }, 'a webhook delivery failed for good');
+    if (!job || job.attemptsMade < ATTEMPTS) return;
+    log.warn({ webhook: job.data.webhookId, event: job.data.eventId, err: err.message }, 'a webhook delivery failed for good');
+    void webhooksRepo.recordOutcome(api.db, job.data.webhookId, false, DISABLE_AFTER, now()).catch(() => undefined);
   });
 
   // The dispatcher: from the cursor (first start: from now), each event to the webhooks that want it.
@@ -144,11 +175,21 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
   let hooks: { upTo: number; rows: WebhookRow[] } = { upTo: -1, rows: [] };
   let saved = start;
   let cursor = start;
+  // The cursor only moves forward (another api process may have saved a later one).
+  let saving = false;
   const save = async () => {
-    if (cursor === saved) return;
+    if (cursor <= saved || saving) return;
+    saving = true;
     const at = cursor;
-    await settingsRepo.put(api.db, CURSOR_KEY, at).catch(() => undefined);
-    saved = at;
+    try {
+      const stored = (await settingsRepo.get<number>(api.db, CURSOR_KEY)) ?? 0;
+      if (at > stored) await settingsRepo.put(api.db, CURSOR_KEY, at);
+      saved = at;
+    } catch {
+      // saved next time
+    } finally {
+      saving = false;
+    }
   };
   const saver = setInterval(() => void save(), 1000);
   const dispatching = (async () => {
@@ -163,7 +204,7 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
             hooks = { upTo, rows: await webhooksRepo.list(api.db, null) };
           }
           const project = (event as { project: string }).project;
-          for (const w of hooks.rows.filter((h) => wants(h, seq, kind, project))) {
+          for (const w of hooks.rows.filter((h) => !h.disabled_at && wants(h, seq, kind, project))) {
             await queue.add('deliver', { webhookId: w.id, eventId: (event as { id: string }).id, kind, event }, {
               jobId: `${w.id}.${seq}`,
               attempts: ATTEMPTS,
@@ -190,6 +231,7 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
       await save();
       await worker.close();
       await queue.close();
+      client.disconnect();
     },
   };
 }

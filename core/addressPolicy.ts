@@ -8,7 +8,8 @@ import net from 'node:net';
  * connection goes to the address checked (no second lookup to rebind).
  */
 const DENIED_V4 = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.0.2.0/24', '192.168.0.0/16', '198.18.0.0/15', '198.51.100.0/24', '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4'];
-const DENIED_V6 = ['::/128', '::1/128', '64:ff9b::/96', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8'];
+// IPv4-compatible, NAT64, 6to4 and Teredo forms carry an IPv4 address a gateway may reach.
+const DENIED_V6 = ['::/96', '::1/128', '64:ff9b::/96', '64:ff9b:1::/48', '100::/64', '2001::/32', '2001:db8::/32', '2002::/16', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8'];
 
 function addCidr(list: net.BlockList, cidr: string): void {
   const [address, bits] = cidr.split('/');
@@ -27,11 +28,15 @@ export function cidrError(cidr: string): string | null {
 }
 
 export class AddressPolicy {
+  private readonly always = new net.BlockList();
   private readonly denied = new net.BlockList();
   private readonly allowed = new net.BlockList();
 
-  constructor(opts: { deny?: string[]; allow?: string[] } = {}) {
-    for (const c of [...DENIED_V4, ...DENIED_V6, ...(opts.deny ?? [])]) addCidr(this.denied, c);
+  /** `platform`: refused whatever `allow` says (the boxes' subnet, the platform's own hosts);
+   *  `allow`: allowed although in the default list (an internal receiver). */
+  constructor(opts: { platform?: string[]; allow?: string[] } = {}) {
+    for (const c of opts.platform ?? []) addCidr(this.always, c);
+    for (const c of [...DENIED_V4, ...DENIED_V6]) addCidr(this.denied, c);
     for (const c of opts.allow ?? []) addCidr(this.allowed, c);
   }
 
@@ -42,6 +47,7 @@ export class AddressPolicy {
     const ip = mapped ?? address;
     const type = net.isIPv6(ip) ? 'ipv6' : net.isIPv4(ip) ? 'ipv4' : null;
     if (!type) return `${address} is not an IP address`;
+    if (this.always.check(ip, type)) return `${address} is an address of the platform or its boxes`;
     if (this.allowed.check(ip, type)) return null;
     return this.denied.check(ip, type) ? `${address} is a loopback, private, link-local or reserved address` : null;
   }

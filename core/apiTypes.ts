@@ -525,6 +525,9 @@ export interface Webhook {
   /** The HTTP status of the latest attempt (null: none yet, or no answer). */
   last_status: number | null;
   last_error: string | null;
+  /** Deliveries failed for good in a row; at 20 the webhook is disabled (register it again). */
+  failures: number;
+  disabled_at: string | null;
   secret?: string;
 }
 

@@ -8,7 +8,7 @@ import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo, type DeployLineRow } from '../db/repos/deploys';
 import { operationsRepo, isFinished, type OperationRow } from '../db/repos/operations';
 import { packsRepo } from '../db/repos/packs';
-import { outputsRepo } from '../db/repos/outputs';
+import { outputsRepo, secretOwner } from '../db/repos/outputs';
 import { boxJobs } from '../jobs/boxJobs';
 import { deployJobs, type PlannedPublish, type RetirePayload } from '../jobs/packDeploy';
 import { enqueueBoxJob, loadBox, pendingActions, reload } from './boxes';
@@ -102,6 +102,9 @@ export async function deployInstance(ctx: DomainContext, identity: Identity, pro
     if (!locked) {
       await deploysRepo.insertLine(trx, { project, line, live_box_id: live.id, generation: 1, deploy_op: null, switched_at: null, switched_by: null, created_at: at, updated_at: at });
       await deploysRepo.insertGeneration(trx, { box_id: live.id, project, line, generation: 1 });
+      // Secrets are the line's from now on: every generation's services and every consumer
+      // share those its first box made.
+      await outputsRepo.copySecrets(trx, live.id, secretOwner(project, line));
       locked = (await deploysRepo.lockLine(trx, project, line))!;
     }
     if (locked.live_box_id !== live.id || locked.generation !== (row?.generation ?? 1)) throw conflict(`line ${line} was deployed meanwhile; deploy again`);

@@ -92,22 +92,30 @@ async function buildNode(ctx: DomainContext, base: string, version: string): Pro
 async function outputsFrom(ctx: DomainContext, project: string, from: { alias: string; box: string }[], own: Record<string, string>): Promise<{ env: Record<string, string>; links: Omit<EnvLinkRow, 'box_id'>[] }> {
   const env: Record<string, string> = {};
   const links: Omit<EnvLinkRow, 'box_id'>[] = [];
+  // Two aliases whose variables could collide (the same, or one a prefix of the other at an
+  // underscore: `a` with key B_C and `a_b` with key C) would take each other's values.
+  const upper = from.map((e) => e.alias.toUpperCase());
+  for (const [i, a] of upper.entries()) {
+    const other = upper.findIndex((b, j) => j !== i && (b === a || b.startsWith(`${a}_`)));
+    if (other >= 0) throw invalidField(`env_from.${Math.max(i, other)}.alias`, `aliases ${from[i].alias} and ${from[other].alias} could name the same variables`);
+  }
+  // The box's own variables are its own for good: a source that gains such an output later does
+  // not overwrite them.
+  const ownKeys = Object.keys(own);
   for (const [i, e] of from.entries()) {
     const src = await resolveInstance(ctx.db, project, e.box);
     if (!src) throw invalidField(`env_from.${i}.box`, `box ${project}/${e.box} does not exist`);
     const outputs = await outputsOf(ctx.db, src, ctx.config);
     if (!outputs) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
     const keys: string[] = [];
-    const mine: string[] = [];
     for (const [key, value] of Object.entries(outputs)) {
       const name = `${e.alias.toUpperCase()}_${key}`;
-      if (name in own) mine.push(name);
-      else {
-        env[name] = value;
-        keys.push(name);
-      }
+      if (Object.hasOwn(own, name)) continue;
+      env[name] = value;
+      keys.push(name);
     }
-    links.push({ position: i, alias: e.alias, source: e.box, keys: JSON.stringify(keys), own: JSON.stringify(mine) });
+    const prefix = `${e.alias.toUpperCase()}_`;
+    links.push({ position: i, alias: e.alias, source: e.box, keys: JSON.stringify(keys), own: JSON.stringify(ownKeys.filter((k) => k.startsWith(prefix))) });
   }
   return { env, links };
 }

@@ -4,7 +4,7 @@ import type { DomainContext, Identity } from './context';
 import type { CreateWebhookRequest, Webhook } from '../core/apiTypes';
 import { conflict, invalidField, notFound } from '../core/errors';
 import { newId, now } from '../core/ids';
-import { AddressPolicy } from '../core/addressPolicy';
+import { AddressPolicy, cidrError } from '../core/addressPolicy';
 import { eventsRepo } from '../db/repos/events';
 import { webhooksRepo, type WebhookRow } from '../db/repos/webhooks';
 import { assertProject } from './access';
@@ -19,12 +19,36 @@ import { streamKinds } from './events';
 /** The most webhooks one project (or the host-wide set) may have. */
 export const MAX_WEBHOOKS = 20;
 
-export const policyOf = (config: DomainContext['config']) => new AddressPolicy({ allow: config.webhooks.allowNets });
+/** Deliveries failed for good in a row that disable a webhook. */
+export const DISABLE_AFTER = 20;
+
+/**
+ * Where webhooks may go: never the boxes' subnet, BOXHOST_PROTECTED_NETS or the Redis and
+ * database hosts given by address (whatever the allow list says); loopback, private and
+ * link-local networks only when BOXHOST_WEBHOOK_ALLOW_NETS allows them.
+ */
+export function policyOf(config: DomainContext['config']): AddressPolicy {
+  const platform = [config.boxSubnet, ...config.protectedNets];
+  for (const url of [config.redisUrl, config.databaseUrl]) {
+    const host = url ? hostOf(url) : null;
+    if (host && net.isIP(host) && !/^127\.|^::1$/.test(host)) platform.push(host);
+  }
+  return new AddressPolicy({ platform: platform.filter((c) => cidrError(c) === null), allow: config.webhooks.allowNets });
+}
+
+function hostOf(url: string): string | null {
+  try {
+    return new URL(url).hostname.replace(/^\[|\]$/g, '') || null;
+  } catch {
+    return null;
+  }
+}
 
 export function toWebhook(r: WebhookRow): Webhook {
   return {
     id: r.id, url: r.url, project: r.project, kinds: r.kinds ? (JSON.parse(r.kinds) as string[]) : null, created_at: r.created_at,
     last_attempt_at: r.last_attempt_at, last_success_at: r.last_success_at, last_status: r.last_status, last_error: r.last_error,
+    failures: r.failures, disabled_at: r.disabled_at,
   };
 }
 
@@ -56,7 +80,7 @@ export async function createWebhook(ctx: DomainContext, identity: Identity, req:
   const secret = req.secret ?? `whsec_${crypto.randomBytes(24).toString('base64url')}`;
   const row: WebhookRow = {
     id: newId('wh'), url, project, kinds: kinds ? JSON.stringify(kinds) : null, secret, after_seq: await eventsRepo.lastSeq(ctx.db),
-    created_by: identity.name, created_at: now(), last_attempt_at: null, last_success_at: null, last_status: null, last_error: null,
+    created_by: identity.name, token_id: identity.tokenId, failures: 0, disabled_at: null, created_at: now(), last_attempt_at: null, last_success_at: null, last_status: null, last_error: null,
   };
   await webhooksRepo.insert(ctx.db, row);
   return { ...toWebhook(row), secret };

@@ -6,7 +6,7 @@ import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo } from '../db/repos/deploys';
 import { packsRepo } from '../db/repos/packs';
 import { publishesRepo } from '../db/repos/publishes';
-import { outputsRepo, type EnvLinkRow } from '../db/repos/outputs';
+import { outputsRepo, secretOwner, type EnvLinkRow } from '../db/repos/outputs';
 
 /**
  * Pack outputs (docs/packs.md "Outputs and env_from"): templates over an instance, rendered for
@@ -20,7 +20,7 @@ import { outputsRepo, type EnvLinkRow } from '../db/repos/outputs';
  * else is left as written.
  */
 
-const TEMPLATE = /\{\{\s*([a-z_]+)(?:\.([A-Za-z0-9_-]+))?\s*\}\}/g;
+const TEMPLATE = /\{\{\s*([a-z_]+)(?:\.([A-Za-z0-9_-]{1,64}))?\s*\}\}/g;
 
 /** What a template may name of an instance, read once per render. */
 interface Scope {
@@ -38,12 +38,15 @@ async function scopeOf(db: Db, box: BoxRecord, proxyPort: number): Promise<Scope
   return { box, spec: JSON.parse(rev.content) as PackRevisionSpec, hosts, proxyPort };
 }
 
-/** The instance's secret `name`, made at its first use (two at once agree on the first kept). */
-async function secretOf(db: Db, boxId: string, name: string): Promise<string> {
-  const had = await outputsRepo.secret(db, boxId, name);
+/** The instance's secret `name`, made at its first use (two at once agree on the first kept).
+ *  The generations of a deploy line share the line's (outputsRepo.secretOwner). */
+async function secretOf(db: Db, box: BoxRecord, name: string): Promise<string> {
+  const gen = await deploysRepo.generationOf(db, box.id);
+  const owner = gen ? secretOwner(gen.project, gen.line) : box.id;
+  const had = await outputsRepo.secret(db, owner, name);
   if (had !== undefined) return had;
-  await outputsRepo.putSecret(db, boxId, name, crypto.randomBytes(24).toString('base64url'));
-  return (await outputsRepo.secret(db, boxId, name))!;
+  await outputsRepo.putSecret(db, owner, name, crypto.randomBytes(24).toString('base64url'));
+  return (await outputsRepo.secret(db, owner, name))!;
 }
 
 /** Renders `template` over the instance of `scope`. */
@@ -53,7 +56,7 @@ export async function renderTemplate(db: Db, scope: Scope, template: string): Pr
   const parts: Promise<string>[] = [];
   template.replace(TEMPLATE, (whole, k: string, sub: string | undefined) => {
     parts.push((async () => {
-      if (sub === undefined) return k in plain ? plain[k] : whole;
+      if (sub === undefined) return Object.hasOwn(plain, k) ? plain[k] : whole;
       if (k === 'host') return scope.hosts.get(sub) ?? whole;
       if (k === 'url') {
         const host = scope.hosts.get(sub);
@@ -63,7 +66,7 @@ export async function renderTemplate(db: Db, scope: Scope, template: string): Pr
         const port = (scope.spec.services ?? []).find((s) => s.name === sub)?.port;
         return port !== undefined ? String(port) : whole;
       }
-      if (k === 'secret') return secretOf(db, box.id, sub);
+      if (k === 'secret') return secretOf(db, box, sub);
       return whole;
     })());
     return whole;
@@ -88,6 +91,9 @@ export async function outputsOf(db: Db, box: BoxRecord, config: Pick<Config, 'pr
   for (const [key, template] of Object.entries(scope.spec.outputs ?? {})) out[key] = await renderTemplate(db, scope, template);
   return out;
 }
+
+/** Whether a value names a per-instance secret (a service's env: its key is then redacted). */
+export const namesSecret = (value: string) => /\{\{\s*secret\./.test(value);
 
 /** The instance's own templates in values it is given (its services' `env`). */
 export async function renderOwn(db: Db, box: BoxRecord, config: Pick<Config, 'proxyPort'>, values: Record<string, string>): Promise<Record<string, string>> {

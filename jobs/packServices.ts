@@ -6,7 +6,7 @@ import { packsRepo } from '../db/repos/packs';
 import type { PackRevisionSpec } from '../core/apiTypes';
 import { BoxhostError } from '../core/errors';
 import { defineJob, jobType, JobRefused } from './types';
-import { renderOwn } from './outputs';
+import { namesSecret, renderOwn } from './outputs';
 import type { BoxRef } from './boxJobs';
 
 /** The job of a pack instance's services, queued behind its create (docs/packs.md "Instances"). */
@@ -58,8 +58,11 @@ export async function startPackServices(db: Db, node: BoxHost, box: BoxRecord, p
     const gated = opts.gatePublished && declared.publish && declared.port && !declared.ready;
     const gate = gated ? { ready: { tcp: declared.port!, timeout_secs: DEFAULT_GATE_SECS } } : {};
     // Its env may name the instance's own outputs' values ({{secret.password}}, {{port.web}}).
+    // A variable that holds a secret is redacted in commands.start as secret_env ones are.
+    const secret = Object.entries(declared.env ?? {}).filter(([, v]) => namesSecret(v)).map(([k]) => k);
     const env = declared.env ? { env: await renderOwn(db, box, { proxyPort: 0 }, declared.env) } : {};
-    const spec = { ...declared, ...gate, ...env };
+    const redacted = secret.length > 0 ? { secret_env: [...new Set([...(declared.secret_env ?? []), ...secret])] } : {};
+    const spec = { ...declared, ...gate, ...env, ...redacted };
     try {
       await node.startService(box, spec);
     } catch (e) {

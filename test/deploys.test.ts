@@ -30,7 +30,7 @@ const revision = (text: string, extra: object = {}) => ({
     ready: { http: '/index.html', timeout_secs: 30 },
     publish: { name: 'web' },
   }],
-  outputs: { REV: '{{rev}}', NAME: '{{name}}', TEXT: text },
+  outputs: { REV: '{{rev}}', NAME: '{{name}}', TEXT: text, PASS: '{{secret.pw}}', ...(text === 'v2' ? { EXTRA: 'from-v2' } : {}) },
   ...extra,
 });
 
@@ -87,6 +87,7 @@ t.test('deploy generations on a real host', async (t) => {
   const proxyUrl = host.proxyUrl!;
   const siteHost = 'web--site1--dp.localhost';
   const status = async (name: string) => (await call('GET', `${P}/${name}`)).body.status as string | undefined;
+  let pass = '';
   const until = async (t: Test, what: string, ok: () => Promise<boolean>, ms = 60_000) => {
     for (const end = Date.now() + ms; Date.now() < end; await sleep(200)) if (await ok()) return true;
     t.fail(`timed out: ${what}`);
@@ -121,8 +122,12 @@ t.test('deploy generations on a real host', async (t) => {
     t.equal((await call('POST', `${P}`, { name: 'x1', pack: 'site', lifecycle: 'deploy' })).status, 400, 'the public create still refuses deploy');
     for (const b of ['plain', 'devsite']) await call('DELETE', `${P}/${b}?wait=60`);
     // A consumer of the line's outputs, made while site1 (v1) is live; its own SITE_TEXT wins.
-    const client = await call('POST', `${P}?wait=60`, { name: 'client', env_from: [{ alias: 'site', box: 'site1' }], environment: { SITE_TEXT: 'mine' } });
-    t.match(client.body.environment, { SITE_REV: revs.v1.rev, SITE_NAME: 'site1', SITE_TEXT: 'mine' });
+    const client = await call('POST', `${P}?wait=60`, { name: 'client', env_from: [{ alias: 'site', box: 'site1' }], environment: { SITE_TEXT: 'mine', SITE_EXTRA: 'mine too' } });
+    t.match(client.body.environment, { SITE_REV: revs.v1.rev, SITE_NAME: 'site1', SITE_TEXT: 'mine', SITE_EXTRA: 'mine too', SITE_PASS: /^[A-Za-z0-9_-]{32}$/ });
+    pass = client.body.environment.SITE_PASS;
+    const clash = await call('POST', P, { name: 'client2', env_from: [{ alias: 'site', box: 'site1' }, { alias: 'SITE', box: 'site1' }] });
+    t.equal(clash.status, 400, 'two aliases that name the same variables');
+    t.equal(clash.body.error.details[0].field, 'env_from.1.alias');
     t.equal((await call('GET', `${P}/site1`)).body.status, 'running', 'the refusals left the instance as it was');
   });
 
@@ -153,7 +158,8 @@ t.test('deploy generations on a real host', async (t) => {
     t.match((await call('GET', `${P}/client`)).body.environment, { SITE_REV: revs.v1.rev, SITE_NAME: 'site1' }, 'not before');
     t.equal((await call('POST', `${P}/client/stop?wait=60`)).body.status, 'stopped');
     t.equal((await call('POST', `${P}/client/resume?wait=60`)).body.status, 'running');
-    t.match((await call('GET', `${P}/client`)).body.environment, { SITE_REV: revs.v2.rev, SITE_NAME: 'site1-g2', SITE_TEXT: 'mine' }, 'the live generation, the own variable kept');
+    t.match((await call('GET', `${P}/client`)).body.environment, { SITE_REV: revs.v2.rev, SITE_NAME: 'site1-g2', SITE_TEXT: 'mine', SITE_EXTRA: 'mine too', SITE_PASS: pass },
+      "the live generation; the own variables kept, also one the new revision's outputs now name; the line's secret the same");
     const seen = await call('POST', `${P}/client/exec`, { command: ['sh', '-c', '. /etc/boxes-env; echo $SITE_NAME $SITE_TEXT'] });
     t.equal(seen.body.stdout, 'site1-g2 mine\n', 'in the box');
     t.equal((await call('DELETE', `${P}/client?wait=60`)).status < 300, true);

@@ -9,7 +9,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { AddressPolicy, cidrError } from '../core/addressPolicy';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { post, signature } from '../api/webhooks';
+import { createDb, migrate } from '../db/knex';
+import { webhooksRepo } from '../db/repos/webhooks';
 
 t.test('the policy', async (t) => {
   const p = new AddressPolicy();
@@ -23,8 +28,11 @@ t.test('the policy', async (t) => {
   t.equal(allowing.refusal('10.9.3.4'), null);
   t.ok(allowing.refusal('127.0.0.2'), 'only what it names');
   t.ok(allowing.refusal('10.8.0.1'));
-  const denying = new AddressPolicy({ deny: ['8.8.8.0/24'] });
-  t.ok(denying.refusal('8.8.8.8'), 'a network denied on top');
+  const platform = new AddressPolicy({ platform: ['10.88.0.0/16', '8.8.8.8'], allow: ['10.0.0.0/8'] });
+  t.ok(platform.refusal('10.88.1.2'), "the boxes' subnet stays refused when a wider network is allowed");
+  t.ok(platform.refusal('8.8.8.8'), "a platform host on a public address");
+  t.equal(platform.refusal('10.1.2.3'), null, 'the rest of the allowed network');
+  for (const a of ['2002:7f00:1::1', '2001:0:4136:e378::1', '64:ff9b:1::7f00:1', '::7f00:1']) t.ok(p.refusal(a), `${a} (an IPv4 carried in IPv6) refused`);
   t.equal(cidrError('10.0.0.0/8'), null);
   t.equal(cidrError('::1'), null);
   t.ok(cidrError('10.0.0.0/33'));
@@ -53,4 +61,25 @@ t.test('the signature', async (t) => {
   const body = '{"kind":"verb"}';
   t.equal(signature('s3cret', '1700000000', body), `v1=${crypto.createHmac('sha256', 's3cret').update(`1700000000.${body}`).digest('hex')}`);
   t.not(signature('s3cret', '1700000001', body), signature('s3cret', '1700000000', body), 'the timestamp is signed');
+});
+
+t.test('a run of failed deliveries disables a webhook; a success ends the run', async (t) => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'boxhost-unit-wh-'));
+  const db = createDb({ dataDir, databaseUrl: undefined });
+  t.teardown(async () => {
+    await db.destroy();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  });
+  await migrate(db);
+  await webhooksRepo.insert(db, {
+    id: 'wh_1', url: 'http://x.example/', project: 'p', kinds: null, secret: 's', after_seq: 0, created_by: 'a', token_id: null, failures: 0, disabled_at: null,
+    created_at: new Date().toISOString(), last_attempt_at: null, last_success_at: null, last_status: null, last_error: null,
+  });
+  for (let i = 0; i < 3; i++) await webhooksRepo.recordOutcome(db, 'wh_1', false, 5, 't1');
+  await webhooksRepo.recordOutcome(db, 'wh_1', true, 5, 't2');
+  t.match(await webhooksRepo.get(db, 'wh_1'), { failures: 0, disabled_at: null }, 'a success resets the run');
+  for (let i = 0; i < 4; i++) await webhooksRepo.recordOutcome(db, 'wh_1', false, 5, 't3');
+  t.equal((await webhooksRepo.get(db, 'wh_1'))!.disabled_at, null, 'four in a row: still on');
+  await webhooksRepo.recordOutcome(db, 'wh_1', false, 5, 't4');
+  t.equal((await webhooksRepo.get(db, 'wh_1'))!.disabled_at, 't4', 'the fifth disables it');
 });

@@ -137,6 +137,20 @@ t.test('webhooks on a real host', async (t) => {
     t.equal((await call('DELETE', `/v1/webhooks/${hang.id}`)).status, 404);
   });
 
+  t.test("a revoked token's webhooks get nothing more", async (t) => {
+    const tok = (await call('POST', '/v1/tokens', { name: 'wh-short', projects: ['wh'] })).body;
+    const hook = (await call('POST', '/v1/webhooks', { url: `${rx.url}/revoked`, project: 'wh', kinds: ['box.deleted'] }, tok.token)).body;
+    t.match(hook, { id: /^wh_/ });
+    t.equal((await call('DELETE', `/v1/tokens/${tok.id}`)).status, 204);
+    const allBefore = events('/all').length;
+    t.equal((await call('POST', '/v1/projects/wh/boxes?wait=60', { name: 'b4' })).status, 200);
+    t.ok((await call('DELETE', '/v1/projects/wh/boxes/b4?wait=60')).status < 300);
+    await until(t, 'the host-wide webhook got the delete', () => events('/all').slice(allBefore).some((e) => e.kind === 'box.deleted' && e.event.box_name === 'b4'));
+    await sleep(500);
+    t.same(events('/revoked'), [], 'nothing went to the revoked token\'s webhook');
+    await call('DELETE', `/v1/webhooks/${hook.id}`);
+  });
+
   t.test('CLI: box webhook add, ls, rm', async (t) => {
     const env = { ...process.env, BOXHOST_URL: host.url, BOXHOST_TOKEN: host.adminToken };
     const box = (...args: string[]) => new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {

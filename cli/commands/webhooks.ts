@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Webhook } from '../../core/apiTypes';
-import { apiPath } from '../client';
+import { apiPath, UsageError } from '../client';
 import { action, list } from '../context';
 import { formatList, formatTime, printTable, say } from '../output';
 
@@ -11,11 +11,14 @@ export function register(program: Command): void {
   hooks
     .command('add <url>')
     .description('register a webhook: box webhook add https://ci.example.com/boxhost --project shop --kind box')
-    .option('--project <project>', 'whose events (a token without a project limit may leave it out: every project)')
+    .option('-p, --project <project>', 'whose events (default: the current project)')
+    .option('--all-projects', "every project's events (tokens without a project limit)")
     .option('--kind <kind>', 'verb, box (every box kind) or box.created, …; repeatable or comma-separated; all by default', list)
     .option('--secret <secret>', 'the signing secret (at least 16 characters); generated when left out')
-    .action(action<{ project?: string; kind?: string[]; secret?: string }>(async (ctx, [url], o) => {
-      const { body } = await ctx.client.post<Webhook>('/v1/webhooks', { url, project: o.project, kinds: o.kind, secret: o.secret });
+    .action(action<{ project?: string; allProjects?: boolean; kind?: string[]; secret?: string }>(async (ctx, [url], o) => {
+      if (o.allProjects && o.project) throw new UsageError('give --project or --all-projects, not both');
+      const project = o.allProjects ? null : ctx.project(o.project);
+      const { body } = await ctx.client.post<Webhook>('/v1/webhooks', { url, project, kinds: o.kind, secret: o.secret });
       ctx.show(body, (w) => {
         say(`registered webhook ${w.id} for ${w.project ? `project ${w.project}` : 'every project'} (kinds: ${formatList(w.kinds) || 'all'})`);
         say('');
@@ -33,7 +36,8 @@ export function register(program: Command): void {
       const { body } = await ctx.client.get<{ webhooks: Webhook[] }>('/v1/webhooks');
       ctx.show(body, ({ webhooks }) => printTable(
         ['ID', 'URL', 'PROJECT', 'KINDS', 'LAST', 'STATUS', 'ERROR'],
-        webhooks.map((w) => [w.id, w.url, w.project ?? '(all)', formatList(w.kinds) || '(all)', formatTime(w.last_attempt_at) || 'never', w.last_status ?? '', w.last_error ?? '']),
+        webhooks.map((w) => [w.id, w.url, w.project ?? '(all)', formatList(w.kinds) || '(all)', formatTime(w.last_attempt_at) || 'never', w.last_status ?? '',
+          w.disabled_at ? `disabled after ${w.failures} failed deliveries` : (w.last_error ?? '')]),
         'no webhooks',
       ));
     }));

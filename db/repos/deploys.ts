@@ -35,6 +35,7 @@ export const deploysRepo = {
   async forgetBox(db: Db, boxId: string): Promise<void> {
     const lines = await db<DeployLineRow>('deploy_lines').where({ live_box_id: boxId });
     for (const l of lines) {
+      await db('instance_secrets').where({ box_id: `line:${l.project}/${l.line}` }).delete();
       await db('deploy_generations').where({ project: l.project, line: l.line }).delete();
       await db('deploy_lines').where({ project: l.project, line: l.line }).delete();
     }

@@ -9,6 +9,9 @@ export interface WebhookRow {
   secret: string;
   after_seq: number;
   created_by: string | null;
+  token_id: string | null;
+  failures: number;
+  disabled_at: string | null;
   created_at: string;
   last_attempt_at: string | null;
   last_success_at: string | null;
@@ -29,4 +32,13 @@ export const webhooksRepo = {
   remove: (db: Db, id: string) => db<WebhookRow>('webhooks').where({ id }).delete(),
   recordAttempt: (db: Db, id: string, patch: Pick<WebhookRow, 'last_attempt_at' | 'last_status' | 'last_error'> & { last_success_at?: string }) =>
     db<WebhookRow>('webhooks').where({ id }).update(patch),
+  /** A delivery that succeeded (true) or failed for good: the run of failures, and past
+   *  `limit` the webhook is disabled. */
+  async recordOutcome(db: Db, id: string, ok: boolean, limit: number, at: string): Promise<void> {
+    if (ok) await db<WebhookRow>('webhooks').where({ id }).update({ failures: 0 });
+    else {
+      await db<WebhookRow>('webhooks').where({ id }).increment('failures', 1);
+      await db<WebhookRow>('webhooks').where({ id }).whereNull('disabled_at').where('failures', '>=', limit).update({ disabled_at: at });
+    }
+  },
 };

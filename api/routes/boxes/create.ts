@@ -18,7 +18,7 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     base: Joi.string().pattern(/^[a-z0-9-]+(@[a-z0-9.-]+)?$/).allow(null),
     config: configSchema.allow(null),
     data_mounts: Joi.array().items(Joi.object({ name: name().required(), path: mountPath().required(), read_only: Joi.boolean().default(false) })).allow(null),
-    env_from: Joi.array().items(Joi.object({ alias: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_]*$/).required(), box: name().required() })).allow(null),
+    env_from: Joi.array().items(Joi.object({ alias: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_]*$/).max(32).required(), box: name().required() })).max(16).allow(null),
     environment: stringMap().allow(null),
     fork: Joi.string().pattern(/^[a-z0-9-]+(@[a-z0-9-]+)?$/).allow(null),
     lifecycle: Joi.string().allow(null),

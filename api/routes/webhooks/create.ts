@@ -14,7 +14,7 @@ export default defineRoute<CreateWebhookRequest>({
     url: Joi.string().max(2048).required(),
     project: name().allow(null).description('whose events; left out or null: every project (tokens without a project limit only)'),
     kinds: Joi.array().items(Joi.string().pattern(/^[a-z.]+$/).max(32)).max(16).unique().description('verb, box (every box kind) or box.created, …; all when left out'),
-    secret: Joi.string().min(16).max(256).description('the signing secret; generated (and shown only in this answer) when left out'),
+    secret: Joi.string().min(16).max(200).description('the signing secret; generated (and shown only in this answer) when left out'),
   }),
   responses: {
     201: { description: 'registered; the answer alone carries the secret', schema: webhookSchema.keys({ secret: Joi.string().required() }) },

@@ -11,4 +11,6 @@ export const webhookSchema = Joi.object({
   last_success_at: timestamp().allow(null).required(),
   last_status: Joi.number().integer().allow(null).required(),
   last_error: Joi.string().allow(null).required(),
+  failures: Joi.number().integer().required(),
+  disabled_at: timestamp().allow(null).required(),
 }).label('Webhook');
