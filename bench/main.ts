@@ -40,6 +40,7 @@ import { busyboxVersion } from '../workers/bases/busyboxRootfs';
 import { ZfsStorage } from '../workers/storage/zfs';
 import { benchInteractive } from './interactive';
 import { benchProxy } from './proxy';
+import { benchDeploy } from './deploy';
 import { RuncRuntime, RUNC_BIN } from '../workers/runtime/runc';
 import { operationsRepo } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
@@ -84,6 +85,8 @@ const FILE_RUNS = intEnv('BENCH_FILE_RUNS', 3);
 const PROXY_SECS = intEnv('BENCH_PROXY_SECS', 5);
 const PROXY_ROUNDS = intEnv('BENCH_PROXY_ROUNDS', 2);
 const PROXY_CONNS = intEnv('BENCH_PROXY_CONNECTIONS', 10);
+/** A deploy under load through the proxy (issue 12): seconds of load (0 skips it). */
+const DEPLOY_SECS = process.env.BENCH_DEPLOY_SECS === '0' ? 0 : intEnv('BENCH_DEPLOY_SECS', 10);
 
 const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 
@@ -108,6 +111,8 @@ function benchConfig(extra: Record<string, string> = {}): Config {
       // pool and this machine's RAM hold.
       BOXHOST_STORAGE_OVERCOMMIT: '1000',
       BOXHOST_RAM_OVERCOMMIT: '100',
+      // The deploy figure's replaced generation stops within its load.
+      BOXHOST_DEPLOY_DRAIN_SECS: '3',
       ...extra,
     },
     { readDotenv: false },
@@ -523,6 +528,17 @@ async function main(): Promise<number> {
       results.proxy = { direct: px.direct, proxied: px.proxied, rate_ratio: round1(rateRatio * 100) / 100, added_p99_ms: round1(addedP99), connections: PROXY_CONNS };
       notes.push(`publish proxy: ${px.proxied.rps.toFixed(0)} req/s vs ${px.direct.rps.toFixed(0)} straight to the box (${rateRatio.toFixed(2)}×, target ≥ 0.7× ${rateRatio >= 0.7 ? 'PASS' : 'MISS'}); p99 ${px.proxied.p99.toFixed(1)} vs ${px.direct.p99.toFixed(1)} ms (+${addedP99.toFixed(1)} ms, target ≤ 2 ms ${addedP99 <= 2 ? 'PASS' : 'MISS'}), autocannon -c ${PROXY_CONNS}`);
       progress(`proxy done: ${px.proxied.rps.toFixed(0)}/${px.direct.rps.toFixed(0)} req/s (proxy/direct), p99 +${addedP99.toFixed(1)} ms`);
+
+      if (DEPLOY_SECS > 0) {
+        checkpoint();
+        profiler.phase = 'deploy';
+        progress(`deploy: a pack instance under ${DEPLOY_SECS} s of autocannon -c ${PROXY_CONNS} through the proxy while a new revision is deployed`);
+        const dp = await benchDeploy({ api, project: PROJECT, proxyUrl: host.proxyUrl!, seconds: DEPLOY_SECS, connections: PROXY_CONNS });
+        results.deploy = dp;
+        const lost = dp.non2xx + dp.errors + dp.timeouts;
+        notes.push(`deploy under load: ${dp.requests} requests through the proxy in ${dp.seconds} s, ${lost} lost (${dp.non2xx} non-2xx, ${dp.errors} errors; target 0 ${lost === 0 ? 'PASS' : 'MISS'}); the deploy took ${dp.deploy_ms} ms from request to switch`);
+        progress(`deploy done: ${dp.requests} requests, ${lost} lost, ${dp.deploy_ms} ms to switch`);
+      }
 
       // ---------------------------------------------------------- 3. fork: 1 GiB vs empty
       checkpoint();

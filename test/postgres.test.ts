@@ -25,7 +25,7 @@ t.test('the db layer on PostgreSQL: same migrations, tokens, grants, settings', 
   const call = (m: string, p: string, body?: unknown, token = host.adminToken) => request(host.url!, m, p, token, { body });
 
   const tables = (await admin('information_schema.tables').where({ table_schema: schema }).pluck('table_name')).sort();
-  t.same(tables.filter((x: string) => !x.startsWith('knex')), ['base_build_logs', 'base_builds', 'bases', 'boxes', 'data_attachments', 'data_backups', 'data_evictions', 'data_volumes', 'events', 'grants', 'nodes', 'operations', 'pack_revisions', 'packs', 'projects', 'publishes', 'settings', 'tokens']);
+  t.same(tables.filter((x: string) => !x.startsWith('knex')), ['base_build_logs', 'base_builds', 'bases', 'boxes', 'data_attachments', 'data_backups', 'data_evictions', 'data_volumes', 'deploy_generations', 'deploy_lines', 'env_links', 'events', 'grants', 'instance_secrets', 'nodes', 'operations', 'pack_revisions', 'packs', 'projects', 'publishes', 'settings', 'tokens', 'webhooks']);
 
   const tok = await call('POST', '/v1/tokens', { name: 'pg-token', projects: ['p1'], expires_in: 3600 });
   t.equal(tok.status, 201);
