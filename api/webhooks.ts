@@ -8,8 +8,7 @@ import type { RedisOptions } from 'ioredis';
 import type { ApiContext } from './context';
 import { settingsRepo } from '../db/repos/settings';
 import { webhooksRepo, type WebhookRow } from '../db/repos/webhooks';
-import { eventsRepo } from '../db/repos/events';
-import { followEvents } from '../domain/events';
+import { eventsNow, followEvents } from '../domain/events';
 import { DISABLE_AFTER, policyOf } from '../domain/webhooks';
 import { ADMIN_TOKEN_ID } from '../domain/tokens';
 import { tokensRepo } from '../db/repos/tokens';
@@ -108,8 +107,11 @@ export function post(url: URL, body: string, headers: Record<string, string>, po
   });
 }
 
-const wants = (w: WebhookRow, seq: number, kind: string, project: string) =>
-  seq > w.after_seq && (w.project === null || w.project === project) && (w.kinds === null || (JSON.parse(w.kinds) as string[]).includes(kind));
+/** A webhook as the dispatcher matches events against it (its kinds read once per list). */
+type Hook = WebhookRow & { kindSet: Set<string> | null };
+
+const wants = (w: Hook, seq: number, kind: string, project: string) =>
+  !w.disabled_at && seq > w.after_seq && (w.project === null || w.project === project) && (w.kindSet === null || w.kindSet.has(kind));
 
 export interface Webhooks {
   close(): Promise<void>;
@@ -171,8 +173,8 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
 
   // The dispatcher: from the cursor (first start: from now), each event to the webhooks that want it.
   const stop = new AbortController();
-  const start = (await settingsRepo.get<number>(api.db, CURSOR_KEY)) ?? (await eventsRepo.lastSeq(api.db));
-  let hooks: { upTo: number; rows: WebhookRow[] } = { upTo: -1, rows: [] };
+  const start = (await settingsRepo.get<number>(api.db, CURSOR_KEY)) ?? (await eventsNow(api));
+  let hooks: { upTo: number; rows: Hook[] } = { upTo: -1, rows: [] };
   let saved = start;
   let cursor = start;
   // The cursor only moves forward (another api process may have saved a later one).
@@ -200,11 +202,11 @@ export async function startWebhooks(api: ApiContext, connection: RedisOptions, p
           // The list read after position L holds every webhook that wants an event up to L (one
           // made later has a later after_seq): it is read again only for an event past it.
           if (seq > hooks.upTo) {
-            const upTo = await eventsRepo.lastSeq(api.db);
-            hooks = { upTo, rows: await webhooksRepo.list(api.db, null) };
+            const upTo = await eventsNow(api);
+            hooks = { upTo, rows: (await webhooksRepo.list(api.db, null)).map((w) => ({ ...w, kindSet: w.kinds ? new Set(JSON.parse(w.kinds) as string[]) : null })) };
           }
           const project = (event as { project: string }).project;
-          for (const w of hooks.rows.filter((h) => !h.disabled_at && wants(h, seq, kind, project))) {
+          for (const w of hooks.rows.filter((h) => wants(h, seq, kind, project))) {
             await queue.add('deliver', { webhookId: w.id, eventId: (event as { id: string }).id, kind, event }, {
               jobId: `${w.id}.${seq}`,
               attempts: ATTEMPTS,

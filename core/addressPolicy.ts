@@ -52,3 +52,12 @@ export class AddressPolicy {
     return this.denied.check(ip, type) ? `${address} is a loopback, private, link-local or reserved address` : null;
   }
 }
+
+/** The host part of a service URL ('' for `unix:`, `sqlite:`, `file:`), without IPv6 brackets. */
+export function urlHost(url: string): string {
+  try {
+    return new URL(url).hostname.replace(/^\[(.*)\]$/, '$1');
+  } catch {
+    return '';
+  }
+}

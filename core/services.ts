@@ -1,4 +1,5 @@
 import type { ServiceStartRequest } from './apiTypes';
+import type { Config } from './config';
 import { invalid, invalidField } from './errors';
 
 /**
@@ -57,3 +58,10 @@ export function specOf(req: ServiceStartRequest): ServiceSpec {
   return spec;
 }
 
+
+/** A publish's host name: `<publish>--<box>--<project>.<publish domain>` (docs/services.md). */
+export const publishHost = (config: Pick<Config, 'publishDomain'>, name: string, box: string, project: string) => `${name}--${box}--${project}.${config.publishDomain}`;
+
+/** A publish's URL through the proxy (the port left out when it is 80, or 0: not known here). */
+export const publishUrl = (config: Pick<Config, 'proxyPort'>, host: string) =>
+  `http://${host}${config.proxyPort === 80 || config.proxyPort === 0 ? '' : `:${config.proxyPort}`}`;

@@ -7,15 +7,13 @@ import type { Db } from '../db/knex';
 import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo, type DeployLineRow } from '../db/repos/deploys';
 import { operationsRepo, isFinished, type OperationRow } from '../db/repos/operations';
-import { packsRepo } from '../db/repos/packs';
 import { outputsRepo, secretOwner } from '../db/repos/outputs';
 import { boxJobs } from '../jobs/boxJobs';
 import { deployJobs, type PlannedPublish, type RetirePayload } from '../jobs/packDeploy';
 import { enqueueBoxJob, loadBox, pendingActions, reload } from './boxes';
 import { projectedStatus } from '../core/box';
 import { createInstance } from './instances';
-import { pinnedRevision } from './packs';
-import { revisionHash } from '../core/packs';
+import { pinnedRevision, revisionNamed } from './packs';
 import { checkPublishName } from '../core/services';
 import { publishRowOf } from './publishView';
 import type { Accepted } from './operations';
@@ -60,19 +58,6 @@ function planPublishes(ctx: DomainContext, project: string, line: string, spec: 
   return (spec.services ?? []).filter((s) => s.publish).map((s) => publishRowOf(ctx.config, line, project, { name: checkPublishName(s.publish!.name ?? s.name, 'pack'), port: s.port!, public: s.publish!.public, service: s.name }));
 }
 
-/** The revision a deploy asks for: a label of the installed manifest, or a stored revision's hash;
- *  by default the manifest's default revision. */
-async function revisionOf(ctx: DomainContext, pack: string, rev: string | undefined): Promise<{ rev: string; spec: PackRevisionSpec }> {
-  const row = await packsRepo.get(ctx.db, pack);
-  if (!row) throw conflict(`pack ${pack} is no longer installed`);
-  const manifest = JSON.parse(row.manifest) as { revisions: Record<string, PackRevisionSpec> };
-  const label = rev ?? row.default_rev;
-  const labelled = Object.hasOwn(manifest.revisions, label) ? manifest.revisions[label] : undefined;
-  if (labelled) return { rev: revisionHash(labelled), spec: labelled };
-  if (await packsRepo.revision(ctx.db, pack, label)) return { rev: label, spec: await pinnedRevision(ctx, pack, label) };
-  throw invalidField('rev', `pack ${pack} has no revision ${label} (a label of its manifest or a revision hash)`);
-}
-
 const retire = (ctx: DomainContext, trx: Db, identity: Identity, box: BoxRecord, p: Omit<RetirePayload, 'boxId' | 'drainMs'>) =>
   enqueueBoxJob(ctx, trx, box, deployJobs.retire.of({ boxId: box.id, drainMs: ctx.config.deployDrainSecs * 1000, ...p }), identity);
 
@@ -88,7 +73,7 @@ export async function deployInstance(ctx: DomainContext, identity: Identity, pro
   if (live.lifecycle === 'dev') throw conflict(`box ${project}/${live.name} is a dev instance: deploy an instance made without lifecycle`);
   if (live.data_mounts.length > 0) throw conflict(`box ${project}/${live.name} has data volumes; a deploy generation does not take them over`);
   if (live.status === 'deleting' || live.status === 'creating') throw conflict(`box ${project}/${live.name} is ${live.status}`);
-  const revision = await revisionOf(ctx, live.pack, req.rev);
+  const revision = await revisionNamed(ctx, live.pack, req.rev);
   // A box left with a generation's name (a line that ended) is stepped over.
   let generation = (row?.generation ?? 1) + 1;
   while (generation < (row?.generation ?? 1) + 100 && (await boxesRepo.get(ctx.db, project, `${line}-g${generation}`))) generation++;

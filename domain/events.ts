@@ -102,12 +102,12 @@ function matcher(identity: Identity, f: StreamFilter): (r: EventRow) => boolean 
  * `signal` aborts: what `GET /v1/events/stream` sends. Positions are the events' sequence
  * numbers, the stream's event ids, so a client that reconnects with `Last-Event-ID` misses
  * nothing: the positions are read unfiltered and the stream never moves past a hole younger
- * than GAP_WAIT_MS (an insert still committing). `after` undefined: only events from now on.
+ * than GAP_WAIT_MS (an insert still committing). `eventsNow` is where a stream from now begins.
  */
-export async function* followEvents(ctx: DomainContext, identity: Identity, f: StreamFilter, after: number | undefined, signal: AbortSignal): AsyncGenerator<{ seq: number; kind: string; event: PackEvent | BoxEvent }> {
+export async function* followEvents(ctx: DomainContext, identity: Identity, f: StreamFilter, after: number, signal: AbortSignal): AsyncGenerator<{ seq: number; kind: string; event: PackEvent | BoxEvent }> {
   if (f.project) assertProject(identity, f.project, `project ${f.project}`);
   const wanted = matcher(identity, f);
-  let seq = after ?? (await eventsRepo.lastSeq(ctx.db));
+  let seq = after;
   let gapSince: number | undefined;
   while (!signal.aborted) {
     const rows = await eventsRepo.after(ctx.db, { projects: null }, seq, STREAM_BATCH);

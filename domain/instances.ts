@@ -12,7 +12,7 @@ import { resolveBase } from './baseResolve';
 import { buildVersion } from './bases';
 import { startBuild } from './baseBuilds';
 import { defaultRevision } from './packs';
-import { outputsOf, resolveInstance } from '../jobs/outputs';
+import { linkedName, outputsOf, resolveInstance } from '../jobs/outputs';
 import type { EnvLinkRow } from '../db/repos/outputs';
 import { checkPublishName } from '../core/services';
 
@@ -109,12 +109,12 @@ async function outputsFrom(ctx: DomainContext, project: string, from: { alias: s
     if (!outputs) throw invalidField(`env_from.${i}.box`, `box ${e.box} is not a pack instance`);
     const keys: string[] = [];
     for (const [key, value] of Object.entries(outputs)) {
-      const name = `${e.alias.toUpperCase()}_${key}`;
+      const name = linkedName(e.alias, key);
       if (Object.hasOwn(own, name)) continue;
       env[name] = value;
       keys.push(name);
     }
-    const prefix = `${e.alias.toUpperCase()}_`;
+    const prefix = linkedName(e.alias, '');
     links.push({ position: i, alias: e.alias, source: e.box, keys: JSON.stringify(keys), own: JSON.stringify(ownKeys.filter((k) => k.startsWith(prefix))) });
   }
   return { env, links };

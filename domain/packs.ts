@@ -93,3 +93,16 @@ export async function pinnedRevision(ctx: DomainContext, pack: string, rev: stri
   if (!row) throw notFound(`revision ${rev} of pack ${pack}`);
   return JSON.parse(row.content) as PackRevisionSpec;
 }
+
+/** A revision by what a caller names it (a deploy's `rev`): a label of the installed manifest
+ *  or a stored revision's hash; by default the manifest's default revision. */
+export async function revisionNamed(ctx: DomainContext, pack: string, rev: string | undefined): Promise<{ rev: string; spec: PackRevisionSpec }> {
+  const row = await packsRepo.get(ctx.db, pack);
+  if (!row) throw conflict(`pack ${pack} is no longer installed`);
+  const manifest = JSON.parse(row.manifest) as { revisions: Record<string, PackRevisionSpec> };
+  const label = rev ?? row.default_rev;
+  const labelled = Object.hasOwn(manifest.revisions, label) ? manifest.revisions[label] : undefined;
+  if (labelled) return { rev: revisionHash(labelled), spec: labelled };
+  if (await packsRepo.revision(ctx.db, pack, label)) return { rev: label, spec: await pinnedRevision(ctx, pack, label) };
+  throw invalidField('rev', `pack ${pack} has no revision ${label} (a label of its manifest or a revision hash)`);
+}

@@ -2,13 +2,15 @@ import type { Config } from '../core/config';
 import type { Publish } from '../core/apiTypes';
 import type { PublishRow } from '../db/repos/publishes';
 import { idpConfigured } from './authSettings';
+import { publishHost, publishUrl } from '../core/services';
+
+export { publishHost, publishUrl };
 
 /** How publishes are shown (the Publish record, its host and url, a box's url_settings). */
 
 /** Said on a publish asked non-public when no identity provider is configured (spec, Auth 4). */
 export const PUBLIC_FALLBACK_WARNING = 'no auth provider is configured: this publish is public (anyone who knows its URL reaches it); configure BOXHOST_OIDC_* to require sign-in or a token';
 
-export const publishHost = (config: Config, name: string, box: string, project: string) => `${name}--${box}--${project}.${config.publishDomain}`;
 
 /** The row of a publish of box `box` (its host name's middle part): a non-public one falls back
  *  to public, with the warning, when no identity provider is configured. */
@@ -24,7 +26,6 @@ export function publishRowOf(config: Config, box: string, project: string, req: 
   };
 }
 
-export const publishUrl = (config: Config, host: string) => `http://${host}${config.proxyPort === 80 ? '' : `:${config.proxyPort}`}`;
 
 export function toPublish(config: Config, r: PublishRow): Publish {
   const out: Publish = { name: r.name, host: r.host, port: r.port, public: Boolean(r.public), url: publishUrl(config, r.host) };

@@ -4,7 +4,7 @@ import type { DomainContext, Identity } from './context';
 import type { CreateWebhookRequest, Webhook } from '../core/apiTypes';
 import { conflict, invalidField, notFound } from '../core/errors';
 import { newId, now } from '../core/ids';
-import { AddressPolicy, cidrError } from '../core/addressPolicy';
+import { AddressPolicy, cidrError, urlHost } from '../core/addressPolicy';
 import { eventsRepo } from '../db/repos/events';
 import { webhooksRepo, type WebhookRow } from '../db/repos/webhooks';
 import { assertProject } from './access';
@@ -30,18 +30,10 @@ export const DISABLE_AFTER = 20;
 export function policyOf(config: DomainContext['config']): AddressPolicy {
   const platform = [config.boxSubnet, ...config.protectedNets];
   for (const url of [config.redisUrl, config.databaseUrl]) {
-    const host = url ? hostOf(url) : null;
+    const host = url ? urlHost(url) : '';
     if (host && net.isIP(host) && !/^127\.|^::1$/.test(host)) platform.push(host);
   }
   return new AddressPolicy({ platform: platform.filter((c) => cidrError(c) === null), allow: config.webhooks.allowNets });
-}
-
-function hostOf(url: string): string | null {
-  try {
-    return new URL(url).hostname.replace(/^\[|\]$/g, '') || null;
-  } catch {
-    return null;
-  }
 }
 
 export function toWebhook(r: WebhookRow): Webhook {

@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import type { Db } from '../db/knex';
 import type { PackRevisionSpec } from '../core/apiTypes';
 import type { Config } from '../core/config';
+import { publishUrl } from '../core/services';
 import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { deploysRepo } from '../db/repos/deploys';
 import { packsRepo } from '../db/repos/packs';
@@ -60,7 +61,7 @@ export async function renderTemplate(db: Db, scope: Scope, template: string): Pr
       if (k === 'host') return scope.hosts.get(sub) ?? whole;
       if (k === 'url') {
         const host = scope.hosts.get(sub);
-        return host ? `http://${host}${scope.proxyPort === 80 || scope.proxyPort === 0 ? '' : `:${scope.proxyPort}`}` : whole;
+        return host ? publishUrl({ proxyPort: scope.proxyPort }, host) : whole;
       }
       if (k === 'port') {
         const port = (scope.spec.services ?? []).find((s) => s.name === sub)?.port;
@@ -75,6 +76,9 @@ export async function renderTemplate(db: Db, scope: Scope, template: string): Pr
   let i = 0;
   return template.replace(TEMPLATE, () => values[i++]);
 }
+
+/** The variable an output `key` of the instance linked as `alias` becomes (`STORE_HOST`). */
+export const linkedName = (alias: string, key: string) => `${alias.toUpperCase()}_${key}`;
 
 /** The instance `box` names in its project: the live generation when it names a deployed line. */
 export async function resolveInstance(db: Db, project: string, name: string): Promise<BoxRecord | undefined> {
@@ -123,7 +127,7 @@ export async function refreshLinkedEnv(db: Db, box: BoxRecord, config: Pick<Conf
     const now: string[] = [];
     const skip = new Set(JSON.parse(link.own) as string[]);
     for (const [key, value] of Object.entries(outputs)) {
-      const name = `${link.alias.toUpperCase()}_${key}`;
+      const name = linkedName(link.alias, key);
       if (skip.has(name)) continue;
       env[name] = value;
       now.push(name);

@@ -86,6 +86,15 @@ t.test('deploy generations on a real host', async (t) => {
   const P = '/v1/projects/dp/boxes';
   const proxyUrl = host.proxyUrl!;
   const siteHost = 'web--site1--dp.localhost';
+  /** What the line's host serves through the proxy now. */
+  const servedText = () => new Promise<string>((resolve) => {
+    const u = new URL(proxyUrl);
+    http.get({ host: u.hostname, port: u.port, path: '/index.html', headers: { host: siteHost } }, (res) => {
+      let b = '';
+      res.on('data', (c) => (b += c));
+      res.on('end', () => resolve(b.trim()));
+    });
+  });
   const status = async (name: string) => (await call('GET', `${P}/${name}`)).body.status as string | undefined;
   let pass = '';
   const until = async (t: Test, what: string, ok: () => Promise<boolean>, ms = 60_000) => {
@@ -128,6 +137,9 @@ t.test('deploy generations on a real host', async (t) => {
     const clash = await call('POST', P, { name: 'client2', env_from: [{ alias: 'site', box: 'site1' }, { alias: 'SITE', box: 'site1' }] });
     t.equal(clash.status, 400, 'two aliases that name the same variables');
     t.equal(clash.body.error.details[0].field, 'env_from.1.alias');
+    const many = await call('POST', P, { name: 'client3', env_from: Array.from({ length: 17 }, (_, i) => ({ alias: `s${i}x`, box: 'site1' })) });
+    t.equal(many.status, 400, 'at most 16 env_from entries');
+    t.equal(many.body.error.details[0].field, 'env_from');
     t.equal((await call('GET', `${P}/site1`)).body.status, 'running', 'the refusals left the instance as it was');
   });
 
@@ -188,14 +200,7 @@ t.test('deploy generations on a real host', async (t) => {
     const op = (await call('GET', `/v1/operations/${failed.headers.get('operation-id')}`)).body;
     t.match(op, { status: 'failed', error: /service web/ });
     await until(t, 'the failed generation is stopped', async () => (await status('site1-g3')) === 'stopped');
-    const served = await new Promise<string>((resolve) => {
-      const u = new URL(proxyUrl);
-      http.get({ host: u.hostname, port: u.port, path: '/index.html', headers: { host: siteHost } }, (res) => {
-        let b = '';
-        res.on('data', (c) => (b += c));
-        res.on('end', () => resolve(b.trim()));
-      });
-    });
+    const served = await servedText();
     t.equal(served, 'v1', 'the line still serves from site1');
   });
 
@@ -230,14 +235,7 @@ t.test('deploy generations on a real host', async (t) => {
     await until(t, 'g5 is stopped', async () => (await status('site1-g5')) === 'stopped');
     await sleep(2500);
     t.equal(await status('site1'), 'running', 'the drain of the deploy did not stop the box the line went back to');
-    const served = await new Promise<string>((resolve) => {
-      const u = new URL(proxyUrl);
-      http.get({ host: u.hostname, port: u.port, path: '/index.html', headers: { host: siteHost } }, (res) => {
-        let b = '';
-        res.on('data', (c) => (b += c));
-        res.on('end', () => resolve(b.trim()));
-      });
-    });
+    const served = await servedText();
     t.equal(served, 'v1');
     t.equal((await call('GET', `${P}/site1-g4`)).status, 404, 'the generation before was deleted by the deploy');
     const taken = await call('POST', P, { name: 'site1-g9' });

@@ -101,6 +101,17 @@ t.test('webhooks on a real host', async (t) => {
     const seen = (await call('GET', '/v1/webhooks', undefined, projectToken)).body.webhooks;
     t.same(seen.map((w: any) => w.id), [own.id], "a project token sees its project's webhooks only");
     t.equal((await call('DELETE', `/v1/webhooks/${all.id}`, undefined, projectToken)).status, 404, 'nor removes a host-wide one');
+    // At most 20 per project: the 21st is refused, and nothing of it is kept.
+    const extra: string[] = [];
+    for (let i = 1; i < 20; i++) extra.push((await call('POST', '/v1/webhooks', { url: `${rx.url}/cap${i}`, project: 'cap' })).body.id);
+    const over = await call('POST', '/v1/webhooks', { url: `${rx.url}/cap20`, project: 'cap' });
+    t.equal(over.status, 201, 'the 20th');
+    extra.push(over.body.id);
+    const past = await call('POST', '/v1/webhooks', { url: `${rx.url}/cap21`, project: 'cap' });
+    t.equal(past.status, 409, 'the 21st of a project');
+    t.equal(past.body.error.code, 'conflict');
+    t.equal((await call('GET', '/v1/webhooks')).body.webhooks.filter((w: any) => w.project === 'cap').length, 20);
+    for (const id of extra) await call('DELETE', `/v1/webhooks/${id}`);
   });
 
   t.test("signed deliveries of the project's box events, and only of its project", async (t) => {

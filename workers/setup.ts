@@ -1,3 +1,4 @@
+import { urlHost } from '../core/addressPolicy';
 import dns from 'node:dns';
 import net from 'node:net';
 import type { Config } from '../core/config';
@@ -72,14 +73,6 @@ export async function platformDestinations(config: Pick<Config, 'redisUrl' | 'da
   return [...new Set(out)];
 }
 
-/** The host part of a service URL ('' for `unix:`, `sqlite:`, `file:`), without IPv6 brackets. */
-function urlHost(url: string): string {
-  try {
-    return new URL(url).hostname.replace(/^\[(.*)\]$/, '$1');
-  } catch {
-    return '';
-  }
-}
 
 /** What a node does before taking jobs: pool, firewall, the default base, reconciliation. */
 export async function prepareHost(ctx: WorkerContext): Promise<void> {

@@ -1,5 +1,6 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
+import { secretOwner } from './outputs';
 
 /** A deploy line (db/migrations/013_deploys.ts). */
 export interface DeployLineRow {
@@ -35,7 +36,7 @@ export const deploysRepo = {
   async forgetBox(db: Db, boxId: string): Promise<void> {
     const lines = await db<DeployLineRow>('deploy_lines').where({ live_box_id: boxId });
     for (const l of lines) {
-      await db('instance_secrets').where({ box_id: `line:${l.project}/${l.line}` }).delete();
+      await db('instance_secrets').where({ box_id: secretOwner(l.project, l.line) }).delete();
       await db('deploy_generations').where({ project: l.project, line: l.line }).delete();
       await db('deploy_lines').where({ project: l.project, line: l.line }).delete();
     }
