@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,8 +38,18 @@ const (
 	FrameEnd    = 'z'
 )
 
-// fileReadBuf is how much of a file one read (and one data frame) carries.
-const fileReadBuf = 512 << 10
+// fileReadBuf is how much of a file one read (and one data frame) carries; fileWriteBuf how
+// much one write of an upload does.
+const (
+	fileReadBuf  = 512 << 10
+	fileWriteBuf = 512 << 10
+	// relayDepth: one block filled while the other drains. boxd's memory counts in its box's
+	// cgroup: a transfer holds 1 MiB of blocks (an upload 512 KiB more of socket buffer).
+	relayDepth = 2
+)
+
+// errNodeGone: the node's connection ended in the middle of a request.
+var errNodeGone = errors.New("the node went away")
 
 // maxListEntries bounds a listing's answer (one frame).
 const maxListEntries = 5000
@@ -204,21 +215,27 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		if w.JSON(FrameAnswer, infoOf(p, st)) != nil {
 			return
 		}
-		// Large reads, large frames: a file streams at the disk's pace, not the frames'.
-		buf := make([]byte, fileReadBuf)
-		for {
-			n, err := fh.Read(buf)
-			if n > 0 && w.Write(FrameData, buf[:n]) != nil {
-				return
+		// Large reads, large frames, the next block read while the last one goes out: a file
+		// streams at the slower side's pace, not at the sum of both. A regular file fills whole
+		// blocks; anything else (a FIFO, a device) goes on with what each read gives, so bytes
+		// that come slowly are not held back.
+		regular := st.Mode().IsRegular()
+		fillErr, sendErr := relay(fileReadBuf, relayDepth, func(b []byte) (int, error) {
+			if !regular {
+				return fh.Read(b)
 			}
-			if err == io.EOF {
-				_ = w.Write(FrameEnd, nil)
-				return
+			n, err := io.ReadFull(fh, b)
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF
 			}
-			if err != nil {
-				fail(err)
-				return
-			}
+			return n, err
+		}, func(b []byte) error { return w.Write(FrameData, b) })
+		switch {
+		case sendErr != nil: // the node went away
+		case fillErr != nil:
+			fail(fillErr)
+		default:
+			_ = w.Write(FrameEnd, nil)
 		}
 	case ReqWrite:
 		if s.writeFile(c, w, p, &req) {
@@ -314,28 +331,59 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 			_ = os.Remove(tmp)
 		}
 	}()
-	// Writes of 1 MiB: a box root on FUSE pays a round trip to its daemon per write.
-	bw := bufio.NewWriterSize(fh, 1<<20)
-	for {
-		fr, err := ReadFrame(c)
-		if err != nil {
-			return false // the node went away: nothing is written
+	// Writes of 512 KiB (a box root on FUSE pays a round trip to its daemon per write), while
+	// the next block is taken off the socket. The body's frames are read through a buffer (a
+	// few reads per block, not two per frame) straight into the blocks.
+	br := bufio.NewReaderSize(c, fileWriteBuf)
+	left := 0 // bytes of the current body frame still to read
+	fillErr, writeErr := relay(fileWriteBuf, relayDepth, func(b []byte) (int, error) {
+		n := 0
+		for n < len(b) {
+			if left == 0 {
+				var hdr [5]byte
+				if _, err := io.ReadFull(br, hdr[:]); err != nil {
+					return n, errNodeGone
+				}
+				size := binary.BigEndian.Uint32(hdr[1:])
+				switch {
+				case size > MaxFrame:
+					return n, failf("protocol", "", "frame too large")
+				case hdr[0] == FrameStdinEOF && size == 0:
+					return n, io.EOF
+				case hdr[0] == FrameStdinEOF:
+					return n, failf("protocol", "", "the end of a write carries no bytes")
+				case hdr[0] != FrameStdin:
+					return n, failf("protocol", "", "unexpected frame %q in a write", hdr[0])
+				}
+				left = int(size)
+				continue
+			}
+			k := left
+			if k > len(b)-n {
+				k = len(b) - n
+			}
+			if _, err := io.ReadFull(br, b[n:n+k]); err != nil {
+				return n, errNodeGone
+			}
+			n += k
+			left -= k
 		}
-		if fr.Type == FrameStdinEOF {
-			break
-		}
-		if fr.Type != FrameStdin {
-			_ = w.JSON(FrameError, failf("protocol", "", "unexpected frame %q in a write", fr.Type))
-			return false
-		}
-		if _, err := bw.Write(fr.Payload); err != nil {
-			fail(err)
-			return false
-		}
-	}
-	if err := bw.Flush(); err != nil {
-		fail(err)
+		return n, nil
+	}, func(b []byte) error {
+		_, err := fh.Write(b)
+		return err
+	})
+	if writeErr != nil {
+		fail(writeErr)
 		return false
+	}
+	var pf *Failure
+	if errors.As(fillErr, &pf) {
+		_ = w.JSON(FrameError, pf)
+		return false
+	}
+	if fillErr != nil {
+		return false // the node went away: nothing is written
 	}
 	if err := syscall.Fchmod(int(fh.Fd()), mode); err != nil { // exact, whatever the umask
 		fail(&fs.PathError{Op: "chmod", Path: p, Err: err})

@@ -5,7 +5,7 @@ import { Config, ConfigError, ensureDataDir } from '../core/config';
 import { createLogger, Logger } from '../core/logger';
 import { EmbeddedRedis, queuePrefix, redisOptions } from '../core/redis';
 import { sha256 } from '../core/ids';
-import { listen } from '../core/listen';
+import { HTTP_BUFFER_BYTES, listen } from '../core/listen';
 import { createDb, migrate, Db } from '../db/knex';
 import { OperationQueue } from '../jobs/queue';
 import { jobHandlers } from '../jobs';
@@ -138,7 +138,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
       };
       const app = express();
       app.disable('x-powered-by');
-      const server = http.createServer(app);
+      const server = http.createServer({ highWaterMark: HTTP_BUFFER_BYTES }, app);
       // A file upload takes as long as it takes: only idle connections time out.
       server.requestTimeout = 0;
       mountSessionRoutes(expressWs(app, server, { wsOptions: { maxPayload: MAX_WS_MESSAGE } }).app);

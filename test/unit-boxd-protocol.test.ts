@@ -23,6 +23,30 @@ t.test('frames: round trip, split anywhere', async (t) => {
   t.throws(() => encodeFrame(Frame.stdout, Buffer.alloc(MAX_FRAME + 1)), RangeError);
 });
 
+t.test('streamed frames: a byte stream handed on in pieces as it arrives, the same bytes, nothing buffered', async (t) => {
+  const big = crypto.randomBytes(300_000);
+  const all = Buffer.concat([encodeFrame(Frame.answer, { size: 1 }), encodeFrame(Frame.data, big), encodeFrame(Frame.data, Buffer.from('tail')), encodeFrame(Frame.end)]);
+  for (const piece of [3, 7, 4096, 65536, all.length]) {
+    const d = new FrameDecoder({ streamed: [Frame.data] });
+    const got: { type: string; payload: Buffer }[] = [];
+    let held = 0;
+    for (let at = 0; at < all.length; at += piece) {
+      got.push(...d.push(all.subarray(at, at + piece)));
+      held = Math.max(held, d.pending);
+    }
+    t.ok(held <= 5 + 64, `never more than a header and a small frame held (pieces of ${piece}: ${held})`);
+    t.same(got.map((f) => f.type).filter((x, i, a) => a[i - 1] !== x), ['a', 'd', 'z'], `types in order (pieces of ${piece})`);
+    const data = Buffer.concat(got.filter((f) => f.type === Frame.data).map((f) => f.payload));
+    t.ok(data.equals(Buffer.concat([big, Buffer.from('tail')])), `the bytes, whole and in order (pieces of ${piece})`);
+    if (piece === 65536) t.ok(got.filter((f) => f.type === Frame.data).length > 2, 'handed on before the frame was whole');
+  }
+  // A frame type not streamed is still whole, and a streamed frame's length is still bounded.
+  const d = new FrameDecoder({ streamed: [Frame.data] });
+  const out = d.push(encodeFrame(Frame.stdout, Buffer.alloc(100_000)).subarray(0, 50_000));
+  t.equal(out.length, 0, 'stdout is not streamed unless asked');
+  t.throws(() => new FrameDecoder({ streamed: [Frame.data] }).push(Buffer.from([0x64, 0x7f, 0xff, 0xff, 0xff])), BoxdProtocolError, 'a huge streamed frame is refused');
+});
+
 t.test('decoder fuzz: only frames or BoxdProtocolError, never more than a frame buffered', async (t) => {
   let frames = 0;
   let refused = 0;

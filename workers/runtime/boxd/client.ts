@@ -3,7 +3,7 @@ import os from 'node:os';
 import { Readable, Writable } from 'node:stream';
 import type { ExecProcess } from '../../drivers';
 import { BoxAgentUnavailableError, BoxFileError, BoxServiceError, ExecInputError } from '../../errors';
-import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField } from './protocol';
+import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField, writeFrame } from './protocol';
 
 /** How long boxd has to answer a request (a started, hello or ok frame). */
 export const BOXD_ANSWER_TIMEOUT_MS = 10_000;
@@ -42,9 +42,9 @@ export class BoxdClient {
    * everything that ends the exchange early (a failure frame, a socket error, a close, a frame
    * that breaks the protocol) handed to `fail` as the drivers' error.
    */
-  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void): net.Socket {
+  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = []): net.Socket {
     const sock = net.createConnection(this.socketPath);
-    const decoder = new FrameDecoder();
+    const decoder = new FrameDecoder({ streamed });
     let connected = false;
     sock.write(first); // queued until connected
     sock.on('connect', () => (connected = true));
@@ -88,7 +88,7 @@ export class BoxdClient {
           if (sock.destroyed) return;
           const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
           let ok = true;
-          for (let i = 0; i < b.length; i += MAX_FRAME) ok = sock.write(encodeFrame(Frame.stdin, b.subarray(i, i + MAX_FRAME))) && ok;
+          for (let i = 0; i < b.length; i += MAX_FRAME) ok = writeFrame(sock, Frame.stdin, b.subarray(i, i + MAX_FRAME)) && ok;
           if (!ok) {
             body.pause();
             void drained(sock).then(() => body.resume());
@@ -228,7 +228,7 @@ export class BoxdClient {
           data.push(null);
           sock.destroy();
         } else throw new BoxdProtocolError(`boxd sent '${f.type}' in a stream`);
-      });
+      }, [Frame.data]);
     });
   }
 

@@ -5,6 +5,8 @@
  * lengths are bounded before anything is buffered, types and JSON shapes are checked.
  */
 
+import type { Writable } from 'node:stream';
+
 export const BOXD_PROTOCOL = 1;
 /** The largest payload either side sends or accepts. */
 export const MAX_FRAME = 1 << 20;
@@ -59,14 +61,32 @@ export class BoxdProtocolError extends Error {
   override name = 'BoxdProtocolError';
 }
 
+/** A frame's header for a payload of `length` bytes (type and length checked). */
+function frameHead(type: string, length: number): Buffer {
+  if (length > MAX_FRAME) throw new RangeError(`frame of ${length} bytes passes ${MAX_FRAME}`);
+  if (type.length !== 1) throw new RangeError(`bad frame type ${JSON.stringify(type)}`);
+  const head = Buffer.allocUnsafe(HEADER);
+  head.write(type, 0, 'latin1');
+  head.writeUInt32BE(length, 1);
+  return head;
+}
+
 export function encodeFrame(type: string, payload: Buffer | string | object = Buffer.alloc(0)): Buffer {
   const body = Buffer.isBuffer(payload) ? payload : Buffer.from(typeof payload === 'string' ? payload : JSON.stringify(payload));
-  if (body.length > MAX_FRAME) throw new RangeError(`frame of ${body.length} bytes passes ${MAX_FRAME}`);
-  if (type.length !== 1) throw new RangeError(`bad frame type ${JSON.stringify(type)}`);
-  const head = Buffer.alloc(HEADER);
-  head.write(type, 0, 'latin1');
-  head.writeUInt32BE(body.length, 1);
-  return Buffer.concat([head, body]);
+  return Buffer.concat([frameHead(type, body.length), body]);
+}
+
+/**
+ * Writes one frame without copying its payload: header and payload go out in one writev with
+ * the other frames written in the same tick (the socket is corked until the next one).
+ */
+export function writeFrame(sock: Writable, type: string, payload: Buffer): boolean {
+  const head = frameHead(type, payload.length);
+  sock.cork();
+  sock.write(head);
+  const ok = sock.write(payload);
+  process.nextTick(() => sock.uncork());
+  return ok;
 }
 
 /** Splits what boxd sends into frames; throws BoxdProtocolError on a frame it may not send or
@@ -76,18 +96,44 @@ export class FrameDecoder {
    *  frame is complete: a 1 MiB frame in 64 KiB chunks is copied once, not 16 times). */
   private parts: Buffer[] = [];
   private size = 0;
+  /** Frame types whose payload is a byte stream: handed on in pieces as they arrive, never
+   *  joined (a file read moves no byte twice in the node). */
+  private readonly streamed: ReadonlySet<string>;
+  /** The type and the bytes still to come of a streamed frame being handed on. */
+  private streaming: { type: string; left: number } | null = null;
+
+  constructor(opts: { streamed?: Iterable<string> } = {}) {
+    this.streamed = new Set(opts.streamed ?? []);
+  }
 
   push(chunk: Buffer): DecodedFrame[] {
+    const out: DecodedFrame[] = [];
+    if (this.streaming) {
+      const take = Math.min(this.streaming.left, chunk.length);
+      out.push({ type: this.streaming.type, payload: chunk.subarray(0, take) });
+      this.streaming.left -= take;
+      if (this.streaming.left === 0) this.streaming = null;
+      chunk = chunk.subarray(take);
+      if (!chunk.length) return out;
+    }
     this.parts.push(chunk);
     this.size += chunk.length;
-    const out: DecodedFrame[] = [];
     while (this.size >= HEADER) {
-      if (this.parts[0].length < HEADER) this.join();
+      if (this.parts[0].length < HEADER) this.joinHead();
       const head = this.parts[0];
       const type = String.fromCharCode(head[0]);
       if (!FROM_BOXD.has(type)) throw new BoxdProtocolError(`boxd sent an unknown frame type 0x${head[0].toString(16)}`);
       const len = head.readUInt32BE(1);
       if (len > MAX_FRAME) throw new BoxdProtocolError(`boxd sent a frame of ${len} bytes (at most ${MAX_FRAME})`);
+      if (this.size < HEADER + len && this.streamed.has(type)) {
+        // What is here of it goes on now; the rest as it comes.
+        this.parts[0] = head.subarray(HEADER);
+        for (const p of this.parts) if (p.length) out.push({ type, payload: p });
+        this.streaming = { type, left: HEADER + len - this.size };
+        this.parts = [];
+        this.size = 0;
+        break;
+      }
       if (this.size < HEADER + len) break;
       if (this.parts[0].length < HEADER + len) this.join();
       const buf = this.parts[0];
@@ -104,7 +150,23 @@ export class FrameDecoder {
     this.parts = [Buffer.concat(this.parts)];
   }
 
-  /** Bytes of a frame begun but not complete. */
+  /** Gathers a header split across chunks: only its bytes are copied, the rest stays as it came. */
+  private joinHead(): void {
+    const head: Buffer[] = [];
+    let have = 0;
+    while (have < HEADER && this.parts.length) {
+      const p = this.parts[0];
+      const take = Math.min(HEADER - have, p.length);
+      head.push(p.subarray(0, take));
+      have += take;
+      if (take === p.length) this.parts.shift();
+      else this.parts[0] = p.subarray(take);
+    }
+    this.parts.unshift(Buffer.concat(head));
+  }
+
+  /** Bytes of a frame begun but not complete and held here (a streamed frame's bytes are
+   *  handed on as they come: not counted). */
   get pending(): number {
     return this.size;
   }
