@@ -19,15 +19,16 @@ const CALL_TIMEOUT_MS = 30_000;
 const SERVICE_WAIT_MS = 3_600_000;
 /** A file transfer that moves no byte for this long has stalled. */
 const STREAM_IDLE_MS = 60_000;
-/** An agent answers with its headers at once, even for an exec that runs for minutes (the
- *  result follows in the body): a node that does not within this long is hung. */
+/** An agent answers with its headers within a quarter second, even for an exec that runs for
+ *  minutes (the result follows in the body; a short exec sends both at once): a node that does
+ *  not within this long is hung. */
 const ACK_TIMEOUT_MS = 5_000;
 
 interface CallOptions {
   /** The whole call, body included. */
   totalMs: number;
   schema?: Joi.Schema;
-  /** The answer is a 200 whose body is `{result}` or `{error}` (exec: headers go out first). */
+  /** The answer is a 200 whose body is `{result}` or `{error}` (exec: the headers may go out before the outcome). */
   envelope?: boolean;
   /** Aborting it drops the call: the agent sees its request close and ends what it ran. */
   signal?: AbortSignal;

@@ -161,6 +161,8 @@ export async function execInBox(ctx: DomainContext, identity: Identity, project:
     });
     return { detached: r.detached, exit_code: r.exitCode, process: r.pid, stdout: r.stdout, stderr: r.stderr, truncated: r.truncated };
   } finally {
-    await release?.();
+    // Not waited for: the answer need not wait for Redis. The release's commands are queued on
+    // this process's connection now, so a later exec of this process is counted after it.
+    release?.().catch(() => undefined);
   }
 }

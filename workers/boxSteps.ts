@@ -74,13 +74,17 @@ export class BoxSteps implements BoxHost {
    * each other, and the box counts as started only when both are done.
    */
   async start(box: BoxRecord): Promise<void> {
-    // Every await before the Promise.all: a start that fails fast must already have its handler.
+    // Every await before the last Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
-    const netnsPath = await this.boxNetns(box.id, net, idMap);
-    const volumes = await this.volumeMounts(box);
-    // The outputs it takes from other instances (env_from), as they are now.
-    const environment = await refreshLinkedEnv(this.d.db, box, { proxyPort: this.d.proxyPort ?? 0 });
+    // The netns (files), the volumes and the outputs it takes from other instances (env_from),
+    // as they are now (the db): looked up side by side, and all settled before a failure of one
+    // is thrown (a netns being remade is never left half-way for a retry to overlap).
+    const [netnsPath, volumes, environment] = await allSettledOrThrow([
+      this.boxNetns(box.id, net, idMap),
+      this.volumeMounts(box),
+      refreshLinkedEnv(this.d.db, box, { proxyPort: this.d.proxyPort ?? 0 }),
+    ] as const);
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -192,4 +196,12 @@ export class BoxSteps implements BoxHost {
       throw contractError(e);
     }
   }
+}
+
+/** Promise.all that waits for every promise to settle before it throws the first failure. */
+async function allSettledOrThrow<T extends readonly unknown[]>(ps: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const rs = await Promise.allSettled(ps);
+  const failed = rs.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return rs.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }

@@ -12,7 +12,7 @@ import { agentRoutes, baseRefSchema, stagingTokenSchema, BOX_ID_PATTERN, execReq
 import { bridgeSession } from '../../cluster/wsSession';
 import type { LocalNode } from './localNode';
 import { versionInfo } from '../../core/version';
-import { listen, Listening } from '../../core/listen';
+import { HTTP_BUFFER_BYTES, listen, Listening } from '../../core/listen';
 import { endWithError } from '../../core/rawHttp';
 import type { ExecRequest, ExecSessionRequest, NodeServiceSpec, ServiceGate } from '../../cluster/types';
 
@@ -41,6 +41,31 @@ function toError(err: unknown, path: string, log: Logger): BoxhostError {
   return new BoxhostError('internal', `internal error on the node (ref ${ref})`);
 }
 
+/**
+ * A box this node holds is believed held for HELD_MS after the db said so: each call into a box
+ * (an exec most of all) then costs no db read. A box leaves a node only by being deleted or
+ * forgotten with it, and a call that comes within that second finds no container or agent and
+ * fails as for any box that stopped. Answers of "not held" are never kept.
+ */
+const HELD_MS = 1000;
+
+function heldFor(ms: number, holds: (id: string) => Promise<boolean>): (id: string) => Promise<boolean> {
+  const until = new Map<string, number>();
+  return async (id) => {
+    const t = until.get(id);
+    if (t !== undefined && t > Date.now()) return true;
+    const held = await holds(id);
+    if (held) {
+      if (until.size >= 10_000) until.clear();
+      until.set(id, Date.now() + ms);
+    } else until.delete(id);
+    return held;
+  };
+}
+
+/** How long an exec runs before the agent sends its answer's headers alone (see the exec route). */
+const EXEC_HEADERS_MS = 250;
+
 const digest = (s: string) => crypto.createHash('sha256').update(s).digest();
 
 /**
@@ -51,6 +76,7 @@ const digest = (s: string) => crypto.createHash('sha256').update(s).digest();
  */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const want = digest(opts.secret);
+  opts = { ...opts, holdsBox: heldFor(HELD_MS, opts.holdsBox) };
   const app = express();
   app.disable('x-powered-by');
 
@@ -82,8 +108,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   };
 
   app.get(agentRoutes.health, handle(async () => ({ node: opts.node.nodeId, version: versionInfo().version, storage: await opts.node.storageHealth() })));
-  // Exec answers its headers at once and the outcome in the body (`{result}` or `{error}`),
-  // so the api tells a long exec from a hung node within seconds.
+  // Exec answers its headers within EXEC_HEADERS_MS and the outcome in the body (`{result}` or
+  // `{error}`), so the api tells a long exec from a hung node within seconds.
   app.post(agentRoutes.exec, async (req: Request, res: Response, next: NextFunction) => {
     let id: string;
     let body: Omit<ExecRequest, 'stdin'> & { stdin?: string };
@@ -101,7 +127,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     };
     res.on('close', onClose);
     res.status(200).setHeader('content-type', 'application/json');
-    res.flushHeaders();
+    // The headers go out on their own only for an exec still running after EXEC_HEADERS_MS
+    // (well inside the api's 5 s ack wait); a short one answers headers and outcome in one
+    // write, one packet and one wake-up of the api fewer.
+    const flush = setTimeout(() => res.flushHeaders(), EXEC_HEADERS_MS);
     try {
       const stdin = body.stdin === undefined ? undefined : Buffer.from(body.stdin, 'base64');
       const result = await opts.node.exec(id, { ...body, stdin, signal: gone.signal });
@@ -109,6 +138,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     } catch (e) {
       res.end(JSON.stringify(toError(e, req.path, opts.log).toBody()));
     } finally {
+      clearTimeout(flush);
       res.off('close', onClose);
     }
   });
@@ -201,7 +231,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     res.status(statusOf(e.code)).json(e.toBody());
   });
 
-  const server = http.createServer(app);
+  const server = http.createServer({ highWaterMark: HTTP_BUFFER_BYTES }, app);
   server.keepAliveTimeout = 60_000;
   // A file upload takes as long as it takes (its idle time is bounded by the api's client).
   server.requestTimeout = 0;
