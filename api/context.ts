@@ -5,7 +5,7 @@ import type { TicketStore } from '../domain/tickets';
 
 export type { Identity } from '../domain/context';
 
-/** Counts requests of one caller (`token:<id>` or `addr:<ip>`); over the limit it throws the
+/** Counts requests of one caller (`token:<key of its secret>` or `addr:<ip>`); over the limit it throws the
  *  contract's 429 `rate_limited` with `Retry-After` (api/http/rateLimit.ts). */
 export interface RequestLimiter {
   consume(key: string): Promise<void>;

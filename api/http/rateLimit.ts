@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import type { RequestHandler } from 'express';
 import type IORedis from 'ioredis';
 import { BurstyRateLimiter, RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
@@ -54,16 +55,33 @@ export function createRequestLimiter(redis: IORedis, prefix: string, limit: Conf
  *  limited, so health checks and scrapers work whatever a caller does. */
 const publicPaths = (routes: RouteDef[]) => new Set(routes.filter((r) => r.access === 'public').map((r) => r.path));
 
-/** The caller's key: its token when the request carries a valid one, else its address. */
-export async function callerKey(api: ApiContext, req: { headers: { authorization?: string }; socket: { remoteAddress?: string } }): Promise<{ key: string; identity?: Identity }> {
-  const secret = bearer(req);
-  const identity = secret ? await authenticate(api.db, api.adminTokenHash, secret) : null;
-  if (identity) return { key: `token:${identity.tokenId}`, identity };
-  return { key: `addr:${req.socket.remoteAddress ?? 'unknown'}` };
+/**
+ * A token's key in the counters: an HMAC of its secret under the admin token's hash, which every
+ * api process has and Redis never sees. Not the plain hash the db keeps for the token, so key
+ * names in Redis say nothing that helps guess a token offline.
+ */
+function limitKey(api: ApiContext, secret: string): string {
+  return crypto.createHmac('sha256', api.adminTokenHash).update(secret).digest('base64url').slice(0, 32);
 }
 
 /**
- * Before any route: one request counted against its token, or against its client address when
+ * Counts one request of its caller and answers who the caller is: a request with a bearer token
+ * counts against that token (by `limitKey`, so the count is taken while the token is looked up
+ * rather than after), and one whose token is not valid, or that has none, against its client
+ * address as well (so guessing tokens is limited too). Over a limit: the 429 is thrown.
+ */
+export async function admitCaller(api: ApiContext, req: { headers: { authorization?: string }; socket: { remoteAddress?: string } }): Promise<Identity | undefined> {
+  const secret = bearer(req);
+  const byAddress = () => api.limits.requests.consume(`addr:${req.socket.remoteAddress ?? 'unknown'}`);
+  if (!secret) return void (await byAddress());
+  const [identity] = await Promise.all([authenticate(api.db, api.adminTokenHash, secret), api.limits.requests.consume(`token:${limitKey(api, secret)}`)]);
+  if (identity) return identity;
+  await byAddress();
+  return undefined;
+}
+
+/**
+ * Before any route: one request counted against its token, and against its client address when
  * it carries no valid token (so guessing tokens is limited too). The identity found is kept in
  * `res.locals` for the route, which then does not look the token up again.
  */
@@ -72,9 +90,8 @@ export function rateLimitRequests(api: ApiContext, routes: RouteDef[]): RequestH
   return async (req, res, next) => {
     if (open.has(req.path)) return next();
     try {
-      const { key, identity } = await callerKey(api, req);
+      const identity = await admitCaller(api, req);
       if (identity) res.locals.identity = identity;
-      await api.limits.requests.consume(key);
       next();
     } catch (e) {
       next(e);

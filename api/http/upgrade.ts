@@ -5,7 +5,7 @@ import { endWithError } from '../../core/rawHttp';
 import { BoxhostError, invalid, notFound, unauthenticated } from '../../core/errors';
 import type { ApiContext, Identity } from '../context';
 import { httpStatusOf } from './errorHandler';
-import { callerKey } from './rateLimit';
+import { admitCaller } from './rateLimit';
 import { prepareSession, SESSION_PATHS } from '../ws/sessions';
 
 /**
@@ -30,9 +30,7 @@ type UpgradeListener = (req: http.IncomingMessage, socket: Duplex, head: Buffer)
  * The token comes first so that a caller without one learns nothing about which paths exist.
  */
 export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, routes: string[] = websocketRoutes): Promise<BoxhostError | null> {
-  const caller = await callerKey(api, req);
-  let identity = caller.identity;
-  await api.limits.requests.consume(caller.key);
+  let identity = await admitCaller(api, req);
   // A browser's ticket (POST /v1/tickets) instead of a header: good for this one handshake.
   const ticket = new URL(req.url ?? '/', 'http://upgrade.invalid').searchParams.get('ticket');
   if (!identity && ticket !== null) {
