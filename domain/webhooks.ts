@@ -68,13 +68,13 @@ export async function createWebhook(ctx: DomainContext, identity: Identity, req:
   if (project !== null) assertProject(identity, project, `project ${project}`);
   const url = checkUrl(ctx, req.url);
   const kinds = req.kinds?.length ? streamKinds(req.kinds.join(',')) ?? null : null;
-  if ((await webhooksRepo.count(ctx.db, project)) >= MAX_WEBHOOKS) throw conflict(`${project ? `project ${project}` : 'the host'} has its most webhooks (${MAX_WEBHOOKS}); remove one first`);
   const secret = req.secret ?? `whsec_${crypto.randomBytes(24).toString('base64url')}`;
   const row: WebhookRow = {
     id: newId('wh'), url, project, kinds: kinds ? JSON.stringify(kinds) : null, secret, after_seq: await eventsRepo.lastSeq(ctx.db),
     created_by: identity.name, token_id: identity.tokenId, failures: 0, disabled_at: null, created_at: now(), last_attempt_at: null, last_success_at: null, last_status: null, last_error: null,
   };
-  await webhooksRepo.insert(ctx.db, row);
+  // Counted as it is inserted: a registration running beside this one may take the last place.
+  if (!(await webhooksRepo.insertCapped(ctx.db, row, MAX_WEBHOOKS))) throw conflict(`${project ? `project ${project}` : 'the host'} has its most webhooks (${MAX_WEBHOOKS}); remove one first`);
   return { ...toWebhook(row), secret };
 }
 

@@ -112,6 +112,12 @@ t.test('webhooks on a real host', async (t) => {
     t.equal(past.body.error.code, 'conflict');
     t.equal((await call('GET', '/v1/webhooks')).body.webhooks.filter((w: any) => w.project === 'cap').length, 20);
     for (const id of extra) await call('DELETE', `/v1/webhooks/${id}`);
+    // Registrations at once cannot pass the cap together: of 26 side by side, exactly 20 are kept.
+    const raced = await Promise.all(Array.from({ length: 26 }, (_, i) => call('POST', '/v1/webhooks', { url: `${rx.url}/race${i}`, project: 'race' })));
+    t.same([raced.filter((r) => r.status === 201).length, raced.filter((r) => r.status === 409).length], [20, 6], '20 registered, 6 refused');
+    const kept = (await call('GET', '/v1/webhooks')).body.webhooks.filter((w: any) => w.project === 'race');
+    t.equal(kept.length, 20, 'and 20 are there');
+    for (const w of kept) await call('DELETE', `/v1/webhooks/${w.id}`);
   });
 
   t.test("signed deliveries of the project's box events, and only of its project", async (t) => {

@@ -29,6 +29,19 @@ export const webhooksRepo = {
   count: async (db: Db, project: string | null) =>
     Number((await db('webhooks').where(project === null ? { project: null } : { project }).count({ n: '*' }).first())?.n ?? 0),
   insert: (db: Db, row: WebhookRow) => db<WebhookRow>('webhooks').insert(row),
+  /**
+   * Inserts `row` unless its project (or the host, for a host-wide one) already has `max`:
+   * false then. Counted and inserted in one transaction that concurrent registrations take in
+   * turn (SQLite's transactions begin IMMEDIATE; on PostgreSQL the table is locked against other
+   * writers for it), so two at once cannot both pass the count.
+   */
+  insertCapped: (db: Db, row: WebhookRow, max: number) =>
+    db.transaction(async (trx) => {
+      if (db.client.config.client === 'pg') await trx.raw('LOCK TABLE webhooks IN SHARE ROW EXCLUSIVE MODE');
+      if ((await webhooksRepo.count(trx, row.project)) >= max) return false;
+      await trx<WebhookRow>('webhooks').insert(row);
+      return true;
+    }),
   remove: (db: Db, id: string) => db<WebhookRow>('webhooks').where({ id }).delete(),
   recordAttempt: (db: Db, id: string, patch: Pick<WebhookRow, 'last_attempt_at' | 'last_status' | 'last_error'> & { last_success_at?: string }) =>
     db<WebhookRow>('webhooks').where({ id }).update(patch),
