@@ -58,7 +58,6 @@ export function specOf(req: ServiceStartRequest): ServiceSpec {
   return spec;
 }
 
-
 /** A publish's host name: `<publish>--<box>--<project>.<publish domain>` (docs/services.md). */
 export const publishHost = (config: Pick<Config, 'publishDomain'>, name: string, box: string, project: string) => `${name}--${box}--${project}.${config.publishDomain}`;
 

@@ -11,7 +11,6 @@ export { publishHost, publishUrl };
 /** Said on a publish asked non-public when no identity provider is configured (spec, Auth 4). */
 export const PUBLIC_FALLBACK_WARNING = 'no auth provider is configured: this publish is public (anyone who knows its URL reaches it); configure BOXHOST_OIDC_* to require sign-in or a token';
 
-
 /** The row of a publish of box `box` (its host name's middle part): a non-public one falls back
  *  to public, with the warning, when no identity provider is configured. */
 export function publishRowOf(config: Config, box: string, project: string, req: { name: string; port: number; public?: boolean; service?: string }) {
@@ -25,7 +24,6 @@ export function publishRowOf(config: Config, box: string, project: string, req: 
     warning: fallback ? PUBLIC_FALLBACK_WARNING : null,
   };
 }
-
 
 export function toPublish(config: Config, r: PublishRow): Publish {
   const out: Publish = { name: r.name, host: r.host, port: r.port, public: Boolean(r.public), url: publishUrl(config, r.host) };

@@ -1,6 +1,6 @@
-import { urlHost } from '../core/addressPolicy';
 import dns from 'node:dns';
 import net from 'node:net';
+import { urlHost } from '../core/addressPolicy';
 import type { Config } from '../core/config';
 import type { Logger } from '../core/logger';
 import { ZfsStorage } from './storage/zfs';
@@ -72,7 +72,6 @@ export async function platformDestinations(config: Pick<Config, 'redisUrl' | 'da
   }
   return [...new Set(out)];
 }
-
 
 /** What a node does before taking jobs: pool, firewall, the default base, reconciliation. */
 export async function prepareHost(ctx: WorkerContext): Promise<void> {
