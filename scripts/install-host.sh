@@ -65,7 +65,10 @@ else
   log "packages already installed: ${PACKAGES[*]}"
 fi
 
-zfs_answers() { zpool list -H >/dev/null 2>&1; }
+# A hung zfs-fuse never answers: every look gives up after 20 s.
+zfs_answers() { timeout 20 zpool list -H >/dev/null 2>&1; }
+# No pool imported and nothing of zfs-fuse mounted: a restart loses nothing.
+zfs_idle() { [ -z "$(timeout 20 zpool list -H -o name 2>/dev/null)" ] && ! grep -q ' fuse.zfs ' /proc/self/mountinfo; }
 
 # zfs-fuse's ARC holds ~256 KiB of pinned metadata per mounted filesystem in use, and a full ARC
 # hangs the daemon for good: the 100 MB of Debian's zfsrc hung at ~390 box roots. zfs-fuse reads
@@ -88,29 +91,31 @@ if [ -f "$ZFSRC" ]; then
   fi
 fi
 
-if zfs_answers; then
-  if [ -n "$arc_raised" ] && pgrep -x zfs-fuse >/dev/null; then
-    # A daemon that holds nothing yet is restarted so it takes the new cap; one that serves
-    # pools keeps running (a node reads zfsrc as newer than the daemon, so it counts the
-    # boxes of a 100 MB ARC until the daemon restarts).
-    if [ -z "$(zpool list -H -o name 2>/dev/null)" ] && ! grep -q ' fuse.zfs ' /proc/self/mountinfo; then
-      log "restarting the idle zfs-fuse so it runs with the new ARC cap"
-      pkill -x zfs-fuse || true
-      for _ in $(seq 1 100); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
-      if pgrep -x zfs-fuse >/dev/null; then
-        pkill -KILL -x zfs-fuse || true
-        for _ in $(seq 1 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
-        pgrep -x zfs-fuse >/dev/null && die "zfs-fuse did not stop (pid $(pgrep -x zfs-fuse | tr '\n' ' '))"
-      fi
-      rm -f "$ZFS_FUSE_PIDFILE"
-    else
-      log "zfs-fuse serves pools already: it keeps its old ARC cap until it restarts"
-      exit 0
+# A running zfs-fuse that serves nothing is restarted when it should take a raised ARC cap, when
+# it gives no answer (hung), or when asked: BOXHOST_FRESH_ZFS_FUSE=1 (scripts/test.sh, so a suite
+# starts on a fresh daemon, not on one a whole session's work ran on: such a daemon has hung on
+# its first `zfs create` of a new pool). One that serves pools is never restarted here.
+if pgrep -x zfs-fuse >/dev/null; then
+  if zfs_idle && { [ -n "$arc_raised" ] || [ -n "${BOXHOST_FRESH_ZFS_FUSE:-}" ] || ! zfs_answers; }; then
+    if [ -n "$arc_raised" ]; then why="to take the new ARC cap"; elif [ -n "${BOXHOST_FRESH_ZFS_FUSE:-}" ]; then why="BOXHOST_FRESH_ZFS_FUSE"; else why="it gave no answer"; fi
+    log "restarting the idle zfs-fuse ($why)"
+    pkill -x zfs-fuse || true
+    for _ in $(seq 1 100); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+    if pgrep -x zfs-fuse >/dev/null; then
+      pkill -KILL -x zfs-fuse || true
+      for _ in $(seq 1 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+      pgrep -x zfs-fuse >/dev/null && die "zfs-fuse did not stop (pid $(pgrep -x zfs-fuse | tr '\n' ' '))"
     fi
-  else
-    log "ZFS answers (zpool list)"
+    rm -f "$ZFS_FUSE_PIDFILE"
+  elif zfs_answers; then
+    if [ -n "$arc_raised" ]; then log "zfs-fuse serves pools already: it keeps its old ARC cap until it restarts"; else log "ZFS answers (zpool list)"; fi
     exit 0
+  else
+    die "zfs-fuse serves pools but gives no answer to 'zpool list': a running node's storage watchdog restarts it, or kill it and run this again"
   fi
+elif zfs_answers; then
+  log "ZFS answers (zpool list)"
+  exit 0
 fi
 
 [ -x "$ZFS_FUSE" ] || die "zpool does not answer and $ZFS_FUSE is missing"

@@ -17,6 +17,9 @@ for f in dist/test/*.test.js; do
   name=$(basename "$f" .test.js)
   if [[ " ${SERIAL[*]} " == *" $name "* ]]; then serial+=("$f"); else parallel+=("$f"); fi
 done
+# The suite starts on a fresh zfs-fuse when the machine's serves nothing (scripts/install-host.sh
+# says why); it also makes sure the host tools are there.
+BOXHOST_FRESH_ZFS_FUSE=1 bash scripts/install-host.sh || exit 1
 # zz-leftovers last, after the others of its phase (name order keeps it so).
 # What the suite's leftovers check finds before any test ran is not this run's (a machine that
 # ran an earlier suite killed mid-way, something the sweep could not remove): it is recorded

@@ -94,3 +94,33 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
     t.not(daemonPid(), pid, 'the hung daemon was replaced');
   });
 });
+
+/**
+ * A node that starts while the daemon is hung has no watchdog yet: its start notices the
+ * commands that give no answer, restarts the daemon and starts (workers/storage/zfs.ts init).
+ */
+t.test('a node that starts on a hung storage daemon restarts it and starts', async (t) => {
+  const pid = daemonPid();
+  process.kill(pid, 'SIGSTOP');
+  t.teardown(() => {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      // killed by the starting node, as it should be
+    }
+  });
+  const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
+  t.equal(probe.exitCode, null, 'control: `zpool list` gives no answer while the daemon is stopped (killed at 2 s)');
+  // A command with no answer for 2 × 3 s counts as hung while the node starts.
+  const host = await startTestHost(t, { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '3' });
+  t.not(daemonPid(), pid, 'the hung daemon was replaced');
+  t.ok(
+    host.logs.some((l) => /gave no answer .* while the node started: restarting zfs-fuse/.test(String(l.msg))),
+    'the node logged why it restarted the daemon',
+  );
+  const P = '/v1/projects/wd/boxes';
+  t.equal((await host.call('POST', `${P}?wait=120`, { body: { name: 'c' } })).body.status, 'running', 'a box can be made on the restarted storage');
+  const r = await host.call('POST', `${P}/c/exec`, { body: { command: ['hostname'] } });
+  t.equal(r.body.stdout, 'c\n', 'and answers an exec');
+  t.equal((await host.call('DELETE', `${P}/c?wait=120`)).status, 204, 'and is deleted');
+});

@@ -43,6 +43,11 @@ export interface ZfsStorageOptions {
   concurrency?: number;
   /** The ARC cap (MB) of a zfs-fuse daemon this driver starts (BOXHOST_ZFS_FUSE_ARC_MB; 1024). */
   fuseArcMb?: number;
+  /**
+   * While the node starts, a command that gives no answer this long means a hung zfs-fuse: it is
+   * restarted and the start tried once more (unset: no restart, commands wait CMD_TIMEOUT_MS).
+   */
+  startHangMs?: number;
   logger?: DriverLogger;
 }
 
@@ -150,6 +155,10 @@ export class ZfsStorage implements StorageDriver {
   private readonly daemon: ZfsFuseDaemon;
   /** The probe's lookup in the boxes directory while it runs (`probe`). */
   private lookup?: Promise<RunResult>;
+  /** How long a `zfs`/`zpool` command may run (shorter while the node starts: `init`). */
+  private cmdTimeoutMs = CMD_TIMEOUT_MS;
+  /** A command was killed for giving no answer (since `init` began). */
+  private sawNoAnswer = false;
 
   constructor(private readonly opts: ZfsStorageOptions) {
     const dataDir = path.resolve(opts.dataDir);
@@ -174,7 +183,34 @@ export class ZfsStorage implements StorageDriver {
 
   // ---------------------------------------------------------------- pool
 
+  /**
+   * Daemon, pool, layout. A zfs-fuse that gives no answer meanwhile (it has hung on its first
+   * `zfs create` after a long life: CI, 2026-11-24) is killed, started anew and the start tried
+   * once more: a node that cannot start has no watchdog yet to do it (startHangMs).
+   */
   async init(): Promise<void> {
+    const hangMs = this.opts.startHangMs;
+    if (!hangMs || !this.restartable) return this.initOnce();
+    const pid = this.daemon.pid();
+    this.cmdTimeoutMs = hangMs;
+    this.sawNoAnswer = false;
+    try {
+      return await this.initOnce();
+    } catch (e) {
+      if (!this.sawNoAnswer) throw e;
+      this.log.warn({ err: (e as Error).message, hangMs }, `ZFS gave no answer within ${hangMs / 1000} s while the node started: restarting zfs-fuse`);
+    } finally {
+      this.cmdTimeoutMs = CMD_TIMEOUT_MS;
+    }
+    await serialized('zfs-fuse restart', async () => {
+      // Another node of this process may have restarted it meanwhile: that daemon is left be.
+      if (pid === null || this.daemon.pid() === pid) await this.daemon.kill();
+      await this.detachMounts();
+    });
+    await this.initOnce();
+  }
+
+  private async initOnce(): Promise<void> {
     await this.ensureDaemon();
     if (this.restartable) {
       const arcMb = this.daemon.runningArcMb();
@@ -310,16 +346,21 @@ export class ZfsStorage implements StorageDriver {
     // the daemon serving it must go, even when it answers `zpool list`.
     const now = await this.probe(5000);
     if (now.state !== 'ok' || this.daemon.pid() === null) await this.daemon.kill();
-    for (const point of fuseMountsOf(this.pool)) {
-      const r = await run(['umount', '-l', point], { allowFailure: true, timeoutMs: 30_000 });
-      if (r.exitCode !== 0 && !/not mounted|no mount point/i.test(r.stderr)) this.log.warn({ point, err: r.stderr.trim() }, 'could not detach a mount of the dead daemon');
-    }
+    await this.detachMounts();
     await this.ensureDaemon();
     if (this.ownsPool) await this.ensureLoopPool();
     else await this.ensureConfiguredPool();
     // An import mounts what it can; a dataset it could not (its directory was busy) is mounted now.
     await this.zfs(['mount', '-a'], true);
     this.shiftedMade.clear();
+  }
+
+  /** Detaches (lazily: a box may hold one open) this pool's mounts of a dead daemon. */
+  private async detachMounts(): Promise<void> {
+    for (const point of fuseMountsOf(this.pool)) {
+      const r = await run(['umount', '-l', point], { allowFailure: true, timeoutMs: 30_000 });
+      if (r.exitCode !== 0 && !/not mounted|no mount point/i.test(r.stderr)) this.log.warn({ point, err: r.stderr.trim() }, 'could not detach a mount of the dead daemon');
+    }
   }
 
   /** What the pool can hold for boxhost: used + available of its root dataset. */
@@ -950,11 +991,23 @@ export class ZfsStorage implements StorageDriver {
    * cannot deadlock.
    */
   private zfs(args: string[], allowFailure = false): Promise<RunResult> {
-    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => run([this.zfsBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS }));
+    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => this.timed([this.zfsBin, ...args], allowFailure));
   }
 
   private zpool(args: string[], allowFailure = false): Promise<RunResult> {
-    return run([this.zpoolBin, ...args], { allowFailure, timeoutMs: CMD_TIMEOUT_MS });
+    return this.timed([this.zpoolBin, ...args], allowFailure);
+  }
+
+  /** A command killed at its deadline (no exit code) is remembered: `init` asks. */
+  private async timed(argv: string[], allowFailure: boolean): Promise<RunResult> {
+    try {
+      const r = await run(argv, { allowFailure, timeoutMs: this.cmdTimeoutMs });
+      if (r.exitCode === null) this.sawNoAnswer = true;
+      return r;
+    } catch (e) {
+      if (e instanceof CommandError && e.exitCode === null) this.sawNoAnswer = true;
+      throw e;
+    }
   }
 
   /** Runs a mutation whose "already done" failure counts as success (concurrent or retried jobs). */
