@@ -96,8 +96,8 @@ fi
 # starts on a fresh daemon, not on one a whole session's work ran on: such a daemon has hung on
 # its first `zfs create` of a new pool). One that serves pools is never restarted here.
 if pgrep -x zfs-fuse >/dev/null; then
-  if zfs_idle && { [ -n "$arc_raised" ] || [ -n "${BOXHOST_FRESH_ZFS_FUSE:-}" ] || ! zfs_answers; }; then
-    if [ -n "$arc_raised" ]; then why="to take the new ARC cap"; elif [ -n "${BOXHOST_FRESH_ZFS_FUSE:-}" ]; then why="BOXHOST_FRESH_ZFS_FUSE"; else why="it gave no answer"; fi
+  if zfs_idle && { [ -n "$arc_raised" ] || [ "${BOXHOST_FRESH_ZFS_FUSE:-}" = 1 ] || ! zfs_answers; }; then
+    if [ -n "$arc_raised" ]; then why="to take the new ARC cap"; elif [ "${BOXHOST_FRESH_ZFS_FUSE:-}" = 1 ]; then why="BOXHOST_FRESH_ZFS_FUSE=1"; else why="it gave no answer"; fi
     log "restarting the idle zfs-fuse ($why)"
     pkill -x zfs-fuse || true
     for _ in $(seq 1 100); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
@@ -142,7 +142,9 @@ if [ -z "$started" ] && ! pgrep -x zfs-fuse >/dev/null; then
   "$ZFS_FUSE" --pidfile "$ZFS_FUSE_PIDFILE" --max-arc-size "$ZFS_FUSE_ARC_MB" || die "zfs-fuse failed to start (exit $?)"
 fi
 
-for _ in $(seq 1 $((ZFS_WAIT_SECONDS * 10))); do
+# A deadline, not a count of looks: one look of a daemon that hangs takes 20 s.
+deadline=$((SECONDS + ZFS_WAIT_SECONDS))
+while [ "$SECONDS" -lt "$deadline" ]; do
   if zfs_answers; then
     log "zfs-fuse is running; ZFS answers (zpool list)"
     exit 0

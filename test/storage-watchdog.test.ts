@@ -1,6 +1,8 @@
 import fs from 'node:fs';
 import t, { type Test } from 'tap';
-import { startTestHost, TestHost } from './helpers/host';
+import { startTestHost, testConfig, testDataDir, TestHost } from './helpers/host';
+import { ZfsStorage } from '../workers/storage/zfs';
+import { fuseMountsOf } from '../workers/storage/hostFs';
 import { run, sleep } from '../core/command';
 import { ZFS_FUSE_PIDFILE } from '../workers/storage/zfsFuse';
 import { RECOVERING_REASON } from '../workers/storageRecovery';
@@ -97,30 +99,45 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
 
 /**
  * A node that starts while the daemon is hung has no watchdog yet: its start notices the
- * commands that give no answer, restarts the daemon and starts (workers/storage/zfs.ts init).
+ * commands that give no answer, restarts the daemon and starts (workers/storage/zfs.ts init),
+ * whether the daemon hung before its pool was made or after (the restarted daemon mounts nothing
+ * by itself: the start mounts it).
  */
-t.test('a node that starts on a hung storage daemon restarts it and starts', async (t) => {
-  const pid = daemonPid();
-  process.kill(pid, 'SIGSTOP');
-  t.teardown(() => {
-    try {
-      process.kill(pid, 'SIGCONT');
-    } catch {
-      // killed by the starting node, as it should be
+for (const when of ['before its pool was made', 'with its pool made and mounted']) {
+  t.test(`a node that starts on a storage daemon hung ${when} restarts it and starts`, async (t) => {
+    const env: Record<string, string> = { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '3' };
+    if (when !== 'before its pool was made') {
+      // The pool and its layout, made by the node's own driver on the data dir it starts on.
+      env.BOXHOST_DATA_DIR = testDataDir();
+      const config = testConfig(env);
+      const made = new ZfsStorage({ dataDir: config.dataDir, poolSizeGb: config.poolSizeGb, hostTag: config.hostTag });
+      await made.init();
+      t.ok(fuseMountsOf(made.pool).length > 0, `control: the pool ${made.pool} is mounted before the daemon hangs`);
     }
+    const pid = daemonPid();
+    process.kill(pid, 'SIGSTOP');
+    t.teardown(() => {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // killed by the starting node, as it should be
+      }
+    });
+    const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
+    t.equal(probe.exitCode, null, 'control: `zpool list` gives no answer while the daemon is stopped (killed at 2 s)');
+    // A command with no answer for 2 × 3 s counts as hung while the node starts.
+    const host = await startTestHost(t, env);
+    t.not(daemonPid(), pid, 'the hung daemon was replaced');
+    t.ok(
+      host.logs.some((l) => /gave no answer .* while the node started: restarting zfs-fuse/.test(String(l.msg))),
+      'the node logged why it restarted the daemon',
+    );
+    t.equal((await host.call('GET', '/healthz', { token: null })).status, 200, '/healthz answers 200');
+    t.equal((await host.call('GET', `/v1/nodes/${host.config.nodeId}`)).body.storage, 'ok', 'the node reports its storage ok');
+    const P = '/v1/projects/wd/boxes';
+    t.equal((await host.call('POST', `${P}?wait=120`, { body: { name: 'c' } })).body.status, 'running', 'a box can be made on the restarted storage');
+    const r = await host.call('POST', `${P}/c/exec`, { body: { command: ['hostname'] } });
+    t.equal(r.body.stdout, 'c\n', 'and answers an exec');
+    t.equal((await host.call('DELETE', `${P}/c?wait=120`)).status, 204, 'and is deleted');
   });
-  const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
-  t.equal(probe.exitCode, null, 'control: `zpool list` gives no answer while the daemon is stopped (killed at 2 s)');
-  // A command with no answer for 2 × 3 s counts as hung while the node starts.
-  const host = await startTestHost(t, { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '3' });
-  t.not(daemonPid(), pid, 'the hung daemon was replaced');
-  t.ok(
-    host.logs.some((l) => /gave no answer .* while the node started: restarting zfs-fuse/.test(String(l.msg))),
-    'the node logged why it restarted the daemon',
-  );
-  const P = '/v1/projects/wd/boxes';
-  t.equal((await host.call('POST', `${P}?wait=120`, { body: { name: 'c' } })).body.status, 'running', 'a box can be made on the restarted storage');
-  const r = await host.call('POST', `${P}/c/exec`, { body: { command: ['hostname'] } });
-  t.equal(r.body.stdout, 'c\n', 'and answers an exec');
-  t.equal((await host.call('DELETE', `${P}/c?wait=120`)).status, 204, 'and is deleted');
-});
+}

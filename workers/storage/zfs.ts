@@ -157,8 +157,9 @@ export class ZfsStorage implements StorageDriver {
   private lookup?: Promise<RunResult>;
   /** How long a `zfs`/`zpool` command may run (shorter while the node starts: `init`). */
   private cmdTimeoutMs = CMD_TIMEOUT_MS;
-  /** A command was killed for giving no answer (since `init` began). */
-  private sawNoAnswer = false;
+  /** The daemon (its pid; null: none known) when a command was killed for giving no answer
+   *  since `init` began; undefined: none was. */
+  private hungDaemon: number | null | undefined;
 
   constructor(private readonly opts: ZfsStorageOptions) {
     const dataDir = path.resolve(opts.dataDir);
@@ -191,22 +192,19 @@ export class ZfsStorage implements StorageDriver {
   async init(): Promise<void> {
     const hangMs = this.opts.startHangMs;
     if (!hangMs || !this.restartable) return this.initOnce();
-    const pid = this.daemon.pid();
     this.cmdTimeoutMs = hangMs;
-    this.sawNoAnswer = false;
+    this.hungDaemon = undefined;
     try {
       return await this.initOnce();
     } catch (e) {
-      if (!this.sawNoAnswer) throw e;
+      if (this.hungDaemon === undefined) throw e;
       this.log.warn({ err: (e as Error).message, hangMs }, `ZFS gave no answer within ${hangMs / 1000} s while the node started: restarting zfs-fuse`);
     } finally {
       this.cmdTimeoutMs = CMD_TIMEOUT_MS;
     }
-    await serialized('zfs-fuse restart', async () => {
-      // Another node of this process may have restarted it meanwhile: that daemon is left be.
-      if (pid === null || this.daemon.pid() === pid) await this.daemon.kill();
-      await this.detachMounts();
-    });
+    const hung = this.hungDaemon;
+    // Kill, start, import and mount as one step beside the other nodes' restarts in this process.
+    await serialized('zfs-fuse restart', () => this.restartOnce(hung));
     await this.initOnce();
   }
 
@@ -341,11 +339,17 @@ export class ZfsStorage implements StorageDriver {
     await serialized('zfs-fuse restart', () => this.restartOnce());
   }
 
-  private async restartOnce(): Promise<void> {
-    // The probe again, now: a mount of this pool that gives no answer, or the wrong one, means
-    // the daemon serving it must go, even when it answers `zpool list`.
-    const now = await this.probe(5000);
-    if (now.state !== 'ok' || this.daemon.pid() === null) await this.daemon.kill();
+  /** @param hungPid the daemon that gave a starting node no answer (`init`): killed only if it
+   *  still runs (another restart may have replaced it); unset: the watchdog's restart. */
+  private async restartOnce(hungPid?: number | null): Promise<void> {
+    if (hungPid !== undefined) {
+      if (hungPid !== null && this.daemon.pid() === hungPid) await this.daemon.kill();
+    } else {
+      // The probe again, now: a mount of this pool that gives no answer, or the wrong one, means
+      // the daemon serving it must go, even when it answers `zpool list`.
+      const now = await this.probe(5000);
+      if (now.state !== 'ok' || this.daemon.pid() === null) await this.daemon.kill();
+    }
     await this.detachMounts();
     await this.ensureDaemon();
     if (this.ownsPool) await this.ensureLoopPool();
@@ -952,8 +956,10 @@ export class ZfsStorage implements StorageDriver {
     }
     const r = await this.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true);
     if (r.exitCode !== 0) {
-      fs.rmSync(this.imagePath, { force: true });
-      throw new Error(`zpool create ${this.pool} on ${this.imagePath} failed: ${r.stderr.trim()}`);
+      // Killed at its deadline, the daemon may hold the pool already: its image stays (an import
+      // finds it there after a restart).
+      if (r.exitCode !== null) fs.rmSync(this.imagePath, { force: true });
+      throw new Error(`zpool create ${this.pool} on ${this.imagePath} failed: ${r.stderr.trim() || 'no answer'}`);
     }
     this.log.info({ pool: this.pool, image: this.imagePath, sizeGb: this.opts.poolSizeGb }, 'created the ZFS pool');
   }
@@ -1002,10 +1008,10 @@ export class ZfsStorage implements StorageDriver {
   private async timed(argv: string[], allowFailure: boolean): Promise<RunResult> {
     try {
       const r = await run(argv, { allowFailure, timeoutMs: this.cmdTimeoutMs });
-      if (r.exitCode === null) this.sawNoAnswer = true;
+      if (r.exitCode === null) this.hungDaemon = this.daemon.pid();
       return r;
     } catch (e) {
-      if (e instanceof CommandError && e.exitCode === null) this.sawNoAnswer = true;
+      if (e instanceof CommandError && e.exitCode === null) this.hungDaemon = this.daemon.pid();
       throw e;
     }
   }
