@@ -2,10 +2,12 @@
  * What a node reads of the running zfs-fuse daemon's ARC cap (workers/storage/zfsFuse.ts
  * `daemonArcMb`): the cap bounds how many box roots the node admits, because a full ARC hangs
  * the daemon. No ZFS needed: the "daemons" are node processes with the daemon's arguments.
+ * Also the mount options a node reads of /proc/self/mountinfo (hostFs `mountFlagsIn`).
  */
 import { spawn } from 'node:child_process';
 import t, { type Test } from 'tap';
 import { daemonArcMb, processStartMs } from '../workers/storage/zfsFuse';
+import { isPrivateMount, mountFlagsIn } from '../workers/storage/hostFs';
 
 const old = (text: string) => ({ text, mtimeMs: 0 });
 
@@ -40,4 +42,23 @@ t.test('a zfsrc changed after the daemon started says nothing about it', async (
   t.ok(started !== null && Math.abs(started - Date.now()) < 60_000, `the start time is read from /proc (${started})`);
   t.equal(daemonArcMb(pid, { text: 'max-arc-size = 1024\n', mtimeMs: Date.now() + 5000 }), 100, 'edited since: the daemon may still run on 100');
   t.equal(daemonArcMb(pid, { text: 'max-arc-size = 1024\n', mtimeMs: started! - 5000 }), 1024, 'edited before it started: what it read');
+});
+
+t.test('mountFlagsIn: the options of the last mount at exactly that point', async (t) => {
+  const info = [
+    '22 1 0:21 / /var/tmp/d/mnt/boxes/b1 rw,relatime shared:1 - fuse.zfs p/boxes/b1 rw',
+    // a bind mount whose root in its filesystem is the same text: not a mount at that point
+    '23 1 0:22 /var/tmp/d/mnt/boxes/b2 /run/other rw - fuse.zfs p/boxes/b2 rw',
+    '24 1 0:23 / /var/tmp/d/mnt/boxes/b1 rw,nosuid,nodev,relatime shared:2 - fuse.zfs p/boxes/b1 rw',
+    '25 1 0:24 / /var/tmp/d/mnt/boxes/b1x rw - fuse.zfs p/boxes/b1x rw',
+    '26 1 0:25 / /var/tmp/with\\040space rw,nosuid - tmpfs t rw',
+    '',
+  ].join('\n');
+  t.same([...mountFlagsIn(info, '/var/tmp/d/mnt/boxes/b1')!], ['rw', 'nosuid', 'nodev', 'relatime'], 'the last mount at the point is the one in effect');
+  t.equal(isPrivateMount(mountFlagsIn(info, '/var/tmp/d/mnt/boxes/b1')), true);
+  t.same([...mountFlagsIn(info, '/var/tmp/d/mnt/boxes/b1x')!], ['rw'], 'a longer name is another point');
+  t.equal(mountFlagsIn(info, '/var/tmp/d/mnt/boxes/b2'), null, 'a bind mount root of that text is not a mount at that point');
+  t.same([...mountFlagsIn(info, '/var/tmp/with space')!], ['rw', 'nosuid'], 'spaces are escaped as \\040');
+  t.equal(mountFlagsIn(info, '/var/tmp/d/mnt/boxes'), null, 'no mount there');
+  t.equal(mountFlagsIn('22 1 0:21 / /x rw - t s rw', '/x')?.has('rw'), true, 'a last line without a newline');
 });

@@ -652,7 +652,7 @@ export class ZfsStorage implements StorageDriver {
   /** zfs-fuse mounts without nosuid,nodev whatever `setuid` and `devices` say: the mount is
    *  made so by a bind remount, which changes only its flags. */
   private async mountPrivately(dir: string): Promise<void> {
-    const flags = mountFlags(dir);
+    const flags = await mountFlags(dir);
     if (!flags || isPrivateMount(flags)) return;
     await run(['mount', '-o', 'remount,bind,nosuid,nodev', dir]);
   }
