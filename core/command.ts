@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { spawnCollect, spawnerEnabled, SpawnerUnavailable } from './spawner';
 
 /** A host tool (zfs, runc, ip, iptables, a CNI plugin) that exited non-zero. */
 export class CommandError extends Error {
@@ -26,8 +27,23 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Runs a host command without a shell and collects its output. */
-export function run(argv: string[], opts: RunOptions = {}): Promise<RunResult> {
+/** Runs a host command without a shell and collects its output (through the spawner when it is
+ *  on: core/spawner.ts). */
+export async function run(argv: string[], opts: RunOptions = {}): Promise<RunResult> {
+  const viaHelper = spawnerEnabled() ? spawnCollect(argv, opts) : null;
+  if (viaHelper) {
+    try {
+      const res = await viaHelper;
+      if (res.exitCode !== 0 && !opts.allowFailure) throw new CommandError(argv, res.exitCode, res.stdout, res.stderr);
+      return res;
+    } catch (e) {
+      if (!(e instanceof SpawnerUnavailable)) throw e;
+    }
+  }
+  return runHere(argv, opts);
+}
+
+function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(argv[0], argv.slice(1), {
       env: opts.env ?? process.env,

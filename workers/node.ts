@@ -23,6 +23,7 @@ import { LocalNode } from './agent/localNode';
 import { Agent, startAgent } from './agent/server';
 import { describeNode, Heartbeat, startHeartbeat } from './heartbeat';
 import { startStorageWatchdog, StorageWatchdog } from './storageWatchdog';
+import { useSpawner } from '../core/spawner';
 import { AgentWatchdog, startAgentWatchdog } from './agentWatchdog';
 import { recoverStorage } from './storageRecovery';
 
@@ -122,6 +123,8 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
       closers.push(async () => clearInterval(timer));
     }
 
+    // Host commands start from a small helper process, not from this one (core/spawner.ts).
+    useSpawner();
     if (opts.role === 'node') await prepareHost(ctx);
     const worker = startWorker(ctx, opts.handlers, {
       connection: opts.connection,

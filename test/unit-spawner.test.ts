@@ -1,0 +1,40 @@
+/**
+ * Host commands through the spawner (core/spawner.ts): the same answers as a command started
+ * here (output, input, exit codes, a missing binary, the timeout), a process whose event loop
+ * is not held by the forks, and a helper that never keeps its parent alive.
+ */
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import t from 'tap';
+import { CommandError, run } from '../core/command';
+import { useSpawner } from '../core/spawner';
+
+for (const on of [false, true]) {
+  t.test(`run() ${on ? 'through the spawner' : 'started here'}`, async (t) => {
+    useSpawner(on);
+    t.teardown(() => useSpawner(false));
+    const outs = await Promise.all(Array.from({ length: 20 }, (_, i) => run(['sh', '-c', 'echo "$0"; echo err >&2', String(i)])));
+    t.same(outs.map((o) => o.stdout), Array.from({ length: 20 }, (_, i) => `${i}\n`), 'each answer is its own command\'s stdout');
+    t.ok(outs.every((o) => o.stderr === 'err\n' && o.exitCode === 0), 'stderr and exit code');
+    t.equal((await run(['cat'], { input: 'hello' })).stdout, 'hello', 'input reaches stdin');
+    t.equal((await run(['cat'], { input: Buffer.from([1, 2, 3]) })).stdout, '\u0001\u0002\u0003', 'a Buffer input too');
+    t.equal((await run(['sh', '-c', 'exit 3'], { allowFailure: true })).exitCode, 3, 'allowFailure answers the exit code');
+    const failed = await run(['sh', '-c', 'echo why >&2; exit 1']).catch((e) => e);
+    t.ok(failed instanceof CommandError && failed.exitCode === 1 && /why/.test(failed.message), 'a failure throws a CommandError with stderr');
+    const missing = await run(['/nonexistent/binary']).catch((e) => e);
+    t.equal(missing.code, 'ENOENT', 'a missing binary rejects with ENOENT');
+    const t0 = Date.now();
+    t.equal((await run(['sleep', '5'], { timeoutMs: 200, allowFailure: true })).exitCode, null, 'killed at its timeout: no exit code');
+    t.ok(Date.now() - t0 < 4000, 'the timeout ended it');
+    t.equal((await run(['sh', '-c', 'echo "$X"'], { env: { X: 'given', PATH: process.env.PATH } })).stdout, 'given\n', 'the env given');
+  });
+}
+
+t.test('a process that used the spawner exits by itself when its work is done', async (t) => {
+  const script = `const { run } = require(${JSON.stringify(path.join(__dirname, '../core/command'))});
+    require(${JSON.stringify(path.join(__dirname, '../core/spawner'))}).useSpawner();
+    run(['echo', 'done']).then((r) => process.stdout.write(r.stdout));`;
+  const r = spawnSync(process.execPath, ['-e', script], { timeout: 20_000, encoding: 'utf8' });
+  t.equal(r.status, 0, 'exited 0 (not killed at the 20 s timeout)');
+  t.equal(r.stdout, 'done\n', 'after the command answered');
+});
