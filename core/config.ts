@@ -57,6 +57,8 @@ export interface Config {
   agentWatchdog: { intervalMs: number; timeoutMs: number };
   /** `zfs` commands a node runs at once per pool (workers/storage/zfs.ts). */
   zfsConcurrency: number;
+  /** Host commands start from a small helper process (core/spawner.ts; BOXHOST_SPAWNER). */
+  spawner: boolean;
   /** The ARC cap (MB) of a zfs-fuse daemon boxhost starts (`--max-arc-size`). */
   zfsFuseArcMb: number;
   nodeTimeoutMs: number;
@@ -146,6 +148,7 @@ const envSchema = Joi.object({
   BOXHOST_AGENT_TIMEOUT_SECS: Joi.number().min(0.1).max(600).default(5),
   BOXHOST_STORAGE_HANG_SECS: Joi.number().min(1).max(3600).default(30),
   BOXHOST_ZFS_CONCURRENCY: Joi.number().integer().min(1).max(256).default(4),
+  BOXHOST_SPAWNER: Joi.boolean().truthy('1').falsy('0').default(true),
   BOXHOST_ZFS_FUSE_ARC_MB: Joi.number().integer().min(16).max(16384).default(1024),
   BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
   BOXHOST_CPU_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(32),
@@ -238,6 +241,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     storageWatchdog: { intervalMs: Math.round(value.BOXHOST_STORAGE_WATCHDOG_SECS * 1000), hangMs: Math.round(value.BOXHOST_STORAGE_HANG_SECS * 1000) },
     agentWatchdog: { intervalMs: Math.round(value.BOXHOST_AGENT_CHECK_SECS * 1000), timeoutMs: Math.round(value.BOXHOST_AGENT_TIMEOUT_SECS * 1000) },
     zfsConcurrency: value.BOXHOST_ZFS_CONCURRENCY,
+    spawner: value.BOXHOST_SPAWNER,
     zfsFuseArcMb: value.BOXHOST_ZFS_FUSE_ARC_MB,
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
     overcommit: { cpu: value.BOXHOST_CPU_OVERCOMMIT, ram: value.BOXHOST_RAM_OVERCOMMIT, storage: value.BOXHOST_STORAGE_OVERCOMMIT },

@@ -1,21 +1,25 @@
 /**
  * The spawner (core/spawner.ts): a small process that starts the node's host commands for it,
  * so the node's own event loop never forks. Requests and answers go over the IPC channel; it
- * exits when its parent goes (commands it started run on, as they would have).
+ * says `ready` once it listens, and exits when its parent goes (commands it started run on, as
+ * they would have). Signals to the node's process group (Ctrl-C) are for the node: the helper
+ * goes when the node lets it go.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import type { SpawnAnswer, SpawnRequest } from './spawner';
 
 function answer(a: SpawnAnswer): void {
   if (process.connected) process.send!(a);
 }
 
+const errorOf = (e: NodeJS.ErrnoException) => ({ message: e.message, code: e.code, errno: e.errno, syscall: e.syscall, path: e.path, spawnargs: (e as { spawnargs?: string[] }).spawnargs });
+
 function start(req: SpawnRequest): void {
-  let child;
+  let child: ChildProcess;
   try {
     child = spawn(req.argv[0], req.argv.slice(1), { env: req.env, stdio: [req.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
   } catch (e) {
-    answer({ id: req.id, error: { message: (e as Error).message, code: (e as NodeJS.ErrnoException).code } });
+    answer({ id: req.id, error: errorOf(e as NodeJS.ErrnoException) });
     return;
   }
   const out: Buffer[] = [];
@@ -27,12 +31,13 @@ function start(req: SpawnRequest): void {
   child.on('error', (e: NodeJS.ErrnoException) => {
     if (timer) clearTimeout(timer);
     failed = true;
-    answer({ id: req.id, error: { message: e.message, code: e.code } });
+    answer({ id: req.id, error: errorOf(e) });
   });
   child.on('close', (code) => {
     if (timer) clearTimeout(timer);
     if (failed) return;
-    answer({ id: req.id, exitCode: code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+    // Bytes, decoded by the node: a large output never sits in this process's small heap as text.
+    answer({ id: req.id, exitCode: code, stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
   });
   if (req.input !== undefined) {
     child.stdin!.on('error', () => undefined);
@@ -40,5 +45,7 @@ function start(req: SpawnRequest): void {
   }
 }
 
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => undefined);
 process.on('message', (m: SpawnRequest) => start(m));
 process.on('disconnect', () => process.exit(0));
+answer({ ready: true });

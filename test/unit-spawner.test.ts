@@ -27,6 +27,12 @@ for (const on of [false, true]) {
     t.equal((await run(['sleep', '5'], { timeoutMs: 200, allowFailure: true })).exitCode, null, 'killed at its timeout: no exit code');
     t.ok(Date.now() - t0 < 4000, 'the timeout ended it');
     t.equal((await run(['sh', '-c', 'echo "$X"'], { env: { X: 'given', PATH: process.env.PATH } })).stdout, 'given\n', 'the env given');
+    // Larger than the helper's 64 MB heap would hold as text, with a multibyte character at the end.
+    const big = await run(['sh', '-c', "head -c 48000000 /dev/zero | tr '\\0' a; printf 'é'"]);
+    t.equal(big.stdout.length, 48_000_001, 'a 48 MB output arrives whole');
+    t.ok(big.stdout.endsWith('aé'), 'and decoded as UTF-8');
+    const spawnFailed = await run(['/nonexistent/binary']).catch((e) => e);
+    t.match(spawnFailed, { code: 'ENOENT', syscall: 'spawn /nonexistent/binary', path: '/nonexistent/binary' }, 'a spawn error keeps its fields');
   });
 }
 

@@ -124,7 +124,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     }
 
     // Host commands start from a small helper process, not from this one (core/spawner.ts).
-    useSpawner();
+    if (config.spawner) useSpawner();
     if (opts.role === 'node') await prepareHost(ctx);
     const worker = startWorker(ctx, opts.handlers, {
       connection: opts.connection,
