@@ -25,9 +25,17 @@ export const defineBoxTransition = <P extends BoxRef = BoxRef>(
   const t = TRANSITIONS[action];
   return defineJob<P>({
     type: boxJobs[action] as unknown as JobType<P>,
-    async run({ payload, db, node, operationId }) {
+    async run({ payload, db, node, operationId, rerun }) {
       const box = await boxesRepo.byId(db, payload.boxId);
       if (!box) return;
+      // A run of this very operation that died after its step (the host killed between the
+      // box's update and the operation's, or the node's reconciliation put the box where its
+      // container is): the box is where this was taking it. Its event is recorded (again, at
+      // worst: deliveries are at least once).
+      if (rerun && box.status === t.after && !t.from.includes(t.after)) {
+        await recordBoxEvent(db, box, DONE_EVENT[action], { operationId });
+        return;
+      }
       // The api allowed this against the state the box was going to be in; when its turn
       // comes, the operations ahead of it may have ended otherwise (a create that failed). Its
       // own transitional status is a retry of this very job.

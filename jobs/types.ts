@@ -36,6 +36,9 @@ export interface JobContext<P> {
   attempt: number;
   /** True when this run is the last one BullMQ will make. */
   lastAttempt: boolean;
+  /** The operation was already running when this run began: an earlier run of it died partway
+   *  (its worker or the whole host killed), perhaps after its last step. */
+  rerun?: boolean;
   db: Db;
   log: Logger;
   /** The host side of the node running the job. */

@@ -15,6 +15,24 @@ import { RECOVERING_REASON } from '../workers/storageRecovery';
  */
 const daemonPid = () => Number(fs.readFileSync(ZFS_FUSE_PIDFILE, 'utf8').trim());
 
+/** Stops the daemon (SIGSTOP: every storage call blocks) until the test ends, unless the node
+ *  replaces it first; checks ZFS gives no answer. Its pid. */
+async function hangDaemon(t: Test): Promise<number> {
+  const pid = daemonPid();
+  process.kill(pid, 'SIGSTOP');
+  t.teardown(() => {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      // killed by the node, as it should be
+    }
+  });
+  // Positive control.
+  const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
+  t.equal(probe.exitCode, null, 'control: `zpool list` gives no answer while the daemon is stopped (killed at 2 s)');
+  return pid;
+}
+
 t.test('the storage watchdog brings a dead or hung storage daemon back, with the boxes on it', async (t) => {
   // Looks every second; no answer for 8 s counts as hung.
   const host = await startTestHost(t, { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '8' });
@@ -80,18 +98,7 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
   });
 
   t.test('kill -STOP of the daemon (hung: every storage call blocks)', async (t) => {
-    const pid = daemonPid();
-    process.kill(pid, 'SIGSTOP');
-    t.teardown(() => {
-      try {
-        process.kill(pid, 'SIGCONT');
-      } catch {
-        // killed by the watchdog, as it should be
-      }
-    });
-    // Positive control: ZFS gives no answer while the daemon is stopped.
-    const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
-    t.not(probe.exitCode, 0, 'control: `zpool list` gives no answer while the daemon is stopped');
+    const pid = await hangDaemon(t);
     await recovered(t, 'hung', 2);
     t.not(daemonPid(), pid, 'the hung daemon was replaced');
   });
@@ -114,17 +121,7 @@ for (const when of ['before its pool was made', 'with its pool made and mounted'
       await made.init();
       t.ok(fuseMountsOf(made.pool).length > 0, `control: the pool ${made.pool} is mounted before the daemon hangs`);
     }
-    const pid = daemonPid();
-    process.kill(pid, 'SIGSTOP');
-    t.teardown(() => {
-      try {
-        process.kill(pid, 'SIGCONT');
-      } catch {
-        // killed by the starting node, as it should be
-      }
-    });
-    const probe = await run(['zpool', 'list'], { allowFailure: true, timeoutMs: 2000 }).catch((e: Error) => ({ exitCode: -1, stderr: e.message }));
-    t.equal(probe.exitCode, null, 'control: `zpool list` gives no answer while the daemon is stopped (killed at 2 s)');
+    const pid = await hangDaemon(t);
     // A command with no answer for 2 × 3 s counts as hung while the node starts.
     const host = await startTestHost(t, env);
     t.not(daemonPid(), pid, 'the hung daemon was replaced');

@@ -250,6 +250,23 @@ t.test('resume: stopped → running with the config the row has now', async (t) 
   t.equal(h.runtime.starts[0].ramMb, 512, 'the first start had the old config');
 });
 
+t.test('a stop or resume run again after its host died past its last step ends as done; a first run there is refused', async (t) => {
+  const h = await host();
+  const box = await runningBox(h);
+  // The resume's earlier run started the box and wrote `running`; the host died before the
+  // operation was marked succeeded, and the worker runs it again.
+  const rerun = { ...jobContext(h.steps, { boxId: box.id }, 1, 5), rerun: true };
+  await resumeBoxJob.run(rerun);
+  t.match(await row(box.id), { status: 'running', error: null }, 'the box is left running');
+  t.equal(h.runtime.starts.length, 1, 'and not started again');
+  // Positive control: a resume that never ran before, on a running box, is refused.
+  await t.rejects(resumeBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5)), /box is running; cannot resume it/);
+  await stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5));
+  await stopBoxJob.run({ ...jobContext(h.steps, { boxId: box.id }, 1, 5), rerun: true });
+  t.match(await row(box.id), { status: 'stopped' }, 'a stop run again on a stopped box: done');
+  await t.rejects(stopBoxJob.run(jobContext(h.steps, { boxId: box.id }, 1, 5)), /box is stopped; cannot stop it/);
+});
+
 t.test('delete: everything on the host goes, then the row', async (t) => {
   const h = await host();
   const box = await runningBox(h);

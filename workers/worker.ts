@@ -40,13 +40,14 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
   const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir, nodeId: ctx.config.nodeId });
 
   /** The context a handler runs with, for the attempt that is starting now. */
-  const jobContext = (job: Job<JobEnvelope>, payload: unknown): JobContext<any> => {
+  const jobContext = (job: Job<JobEnvelope>, payload: unknown, rerun: boolean): JobContext<any> => {
     const { operationId } = job.data;
     const attempt = job.attemptsMade + 1;
     return {
       payload,
       operationId,
       attempt,
+      rerun,
       lastAttempt: attempt >= (job.opts.attempts ?? DEFAULT_ATTEMPTS),
       db: ctx.db,
       node: ctx.boxes,
@@ -80,7 +81,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     }
 
     const { value: payload, error } = kind.type.schema.validate(job.data.payload);
-    const jctx = jobContext(job, payload);
+    const jctx = jobContext(job, payload, op.status === 'running');
     const log = jctx.log;
     try {
       if (error) throw new UnrecoverableError(`bad payload: ${error.message}`);
@@ -134,7 +135,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       const gaveUp = job.attemptsMade >= (job.opts.attempts ?? DEFAULT_ATTEMPTS) || /stalled/i.test(err.message);
       if (!op || isFinished(op.status) || !gaveUp) return;
       const kind = registry.get(job.name);
-      const jctx = jobContext(job, job.data.payload);
+      const jctx = jobContext(job, job.data.payload, true);
       jctx.log.warn({ err }, 'operation failed for good');
       try {
         await kind?.onFailed?.(jctx, err);

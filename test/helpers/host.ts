@@ -44,7 +44,8 @@ export const testSubnet = () => `10.${100 + Math.floor(Math.random() * 100)}.0.0
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig(
     {
-      BOXHOST_DATA_DIR: testDataDir(),
+      // A dir is made only when none is given (one made and then overridden was left behind).
+      BOXHOST_DATA_DIR: env.BOXHOST_DATA_DIR ?? testDataDir(),
       BOXHOST_PORT: '0',
       BOXHOST_AGENT_PORT: '0',
       BOXHOST_PROXY_PORT: '0',
