@@ -22,6 +22,13 @@ func main() {
 		// Host side, before runc: make the socket, then become runc with it as fd 3.
 		os.Exit(hostListen(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "netns" {
+		// Host side, before a box's first start: its user and network namespaces (netns.go).
+		os.Exit(hostNetns(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "netns-hold" {
+		os.Exit(netnsHold())
+	}
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		fmt.Println(Version)
 		return

@@ -65,6 +65,12 @@ t.test('a box with boxd', async (t) => {
     const hostCgroup = fs.readFileSync(`/sys/fs/cgroup/memory${runtime.cgroupsPath('one')}/cgroup.procs`, 'utf8');
     t.ok(hostCgroup.split('\n').includes(String(pid1)), 'in the box cgroup on the host');
     t.equal((await ex(['cat', '/proc/self/uid_map'])).stdout.trim().split(/\s+/).join(' '), `0 ${idMap.hostId} ${idMap.size}`, 'in the user namespace');
+    // Made by `boxd netns` (boxd/netns.go): gids mapped too, setgroups left allowed, lo up.
+    t.equal((await ex(['cat', '/proc/self/gid_map'])).stdout.trim().split(/\s+/).join(' '), `0 ${idMap.hostId} ${idMap.size}`, 'gids mapped alike');
+    t.equal((await ex(['cat', '/proc/self/setgroups'])).stdout.trim(), 'allow', 'setgroups allowed (su, package managers)');
+    t.equal(Number((await ex(['cat', '/sys/class/net/lo/flags'])).stdout.trim()) & 1, 1, 'its loopback is up (IFF_UP)');
+    t.equal((await ex(['ls', '/sys/class/net'])).stdout.trim(), 'lo', 'and it is alone in the netns');
+    t.ok(await runtime.netnsLoopbackUp('one', spec.netnsPath), 'the runtime knows it made the netns with lo up');
     const fds = (await ex(['ls', '/proc/self/fd'])).stdout.trim().split(/\s+/).sort();
     t.same(fds, ['0', '1', '2', '3'], 'no descriptor of boxd leaks into a process (3 is ls reading the directory)');
     t.match((await ex(['ls', '-l', '/proc/self/fd/'])).stdout, /pipe:/, 'stdio are pipes');

@@ -80,7 +80,7 @@ export class BoxSteps implements BoxHost {
     // The netns (files), the volumes and the outputs it takes from other instances (env_from),
     // as they are now (the db): looked up side by side, and all settled before a failure of one
     // is thrown (a netns being remade is never left half-way for a retry to overlap).
-    const [netnsPath, volumes, environment] = await allSettledOrThrow([
+    const [{ netnsPath, loopbackUp }, volumes, environment] = await allSettledOrThrow([
       this.boxNetns(box.id, net, idMap),
       this.volumeMounts(box),
       refreshLinkedEnv(this.d.db, box, { proxyPort: this.d.proxyPort ?? 0 }),
@@ -103,7 +103,7 @@ export class BoxSteps implements BoxHost {
       await this.d.storage.prepareBoxRoot(box.id, idMap);
       await this.d.runtime.start(spec);
     })();
-    const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net)]);
+    const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net, { loopbackUp })]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
     crashPoint('start:done');
   }
@@ -130,13 +130,13 @@ export class BoxSteps implements BoxHost {
    * (made before user namespaces, or made again by `ip netns add` after a reboot) may still
    * hold the box's address: it is detached first, so the address is free for the new one.
    */
-  private async boxNetns(boxId: string, net: ProjectNetwork, idMap: IdMap): Promise<string> {
+  private async boxNetns(boxId: string, net: ProjectNetwork, idMap: IdMap): Promise<{ netnsPath: string; loopbackUp: boolean }> {
     const netnsPath = await this.d.network.prepare(boxId);
-    if (await this.d.runtime.ownsNetns(boxId, netnsPath)) return netnsPath;
+    if (await this.d.runtime.ownsNetns(boxId, netnsPath)) return { netnsPath, loopbackUp: await this.d.runtime.netnsLoopbackUp(boxId, netnsPath) };
     await this.d.network.detach(boxId, net);
     const fresh = await this.d.network.prepare(boxId);
     await this.d.runtime.makeNetns(boxId, fresh, idMap);
-    return fresh;
+    return { netnsPath: fresh, loopbackUp: true };
   }
 
   /** The grace is capped (rows from before the cap may hold up to 3600 s). */

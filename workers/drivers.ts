@@ -197,9 +197,10 @@ export interface NetworkDriver {
   /** Creates the box's empty netns and answers its path, so the container can be created in
    *  it while `attach` wires it up. Idempotent. */
   prepare(boxId: string): Promise<string>;
-  /** Creates the box's netns if needed and joins it to its project's bridge. Idempotent: an
-   *  attached box answers its existing attachment. */
-  attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment>;
+  /** Creates the box's netns if needed and joins it to its project's bridge, and brings its
+   *  loopback up unless `opts.loopbackUp` says it is already. Idempotent: an attached box
+   *  answers its existing attachment. */
+  attach(boxId: string, net: ProjectNetwork, opts?: { loopbackUp?: boolean }): Promise<NetworkAttachment>;
   /** Removes the box from the bridge and deletes its netns; frees its address. Idempotent. */
   detach(boxId: string, net: ProjectNetwork): Promise<void>;
   /** Box ids that have a netns on this host (for reconciliation). */
@@ -281,10 +282,13 @@ export interface ExecProcess {
 export interface RuntimeDriver {
   /** Whether the netns at `netnsPath` is one `makeNetns` made for the box (cheap). */
   ownsNetns(boxId: string, netnsPath: string): Promise<boolean>;
-  /** Replaces whatever is at `netnsPath` with a new, empty netns that belongs to a new user
-   *  namespace of the box mapped by `idMap` (the box joins both at start; the network driver
-   *  wires the netns before). */
+  /** Replaces whatever is at `netnsPath` with a new netns, its loopback up and nothing else,
+   *  that belongs to a new user namespace of the box mapped by `idMap` (the box joins both at
+   *  start; the network driver wires the netns before). */
   makeNetns(boxId: string, netnsPath: string, idMap: IdMap): Promise<void>;
+  /** Whether `makeNetns` made the netns at `netnsPath` with its loopback up (false for one made
+   *  by an older version, which brought only the namespaces up). Cheap. */
+  netnsLoopbackUp(boxId: string, netnsPath: string): Promise<boolean>;
   /** Writes the OCI bundle and starts the container detached (`runc run -d`). Idempotent:
    *  a running container is left alone; a stopped one is deleted and started again. */
   start(spec: ContainerSpec): Promise<void>;

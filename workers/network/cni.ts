@@ -677,7 +677,7 @@ export class CniNetwork implements NetworkDriver {
     return this.netnsPath(boxId);
   }
 
-  async attach(boxId: string, net: ProjectNetwork): Promise<NetworkAttachment> {
+  async attach(boxId: string, net: ProjectNetwork, opts: { loopbackUp?: boolean } = {}): Promise<NetworkAttachment> {
     await this.checkLayout();
     const index = net.index;
     const gateway = this.gateway(index);
@@ -704,8 +704,9 @@ export class CniNetwork implements NetworkDriver {
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     const t0 = Date.now();
     try {
-      // lo and eth0 are independent interfaces of the netns: bring them up side by side.
-      const [, result] = await Promise.all([this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.cni('ADD', this.bridgeConf(index), boxId, 'eth0')]);
+      // lo and eth0 are independent interfaces of the netns: brought up side by side (lo only
+      // when the runtime did not make the netns with it up).
+      const [, result] = await Promise.all([opts.loopbackUp ? null : this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.cni('ADD', this.bridgeConf(index), boxId, 'eth0')]);
       const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
       const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
       if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);

@@ -58,6 +58,10 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
     return this.ownNetns.has(`${boxId} ${netnsPath}`);
   }
 
+  async netnsLoopbackUp(boxId: string, netnsPath: string): Promise<boolean> {
+    return this.ownNetns.has(`${boxId} ${netnsPath}`);
+  }
+
   async makeNetns(boxId: string, netnsPath: string): Promise<void> {
     this.fault('makeNetns');
     this.ownNetns.add(`${boxId} ${netnsPath}`);

@@ -87,7 +87,7 @@ export class RuncRuntime implements RuntimeDriver {
     this.boxdSocketDir = opts.boxdSocketDir ?? BOXD_SOCKET_DIR;
     this.init = opts.init ?? 'boxd';
     this.logger = opts.logger;
-    this.namespaces = new BoxNamespaces(this.busybox, opts.usernsDir);
+    this.namespaces = new BoxNamespaces(this.boxd, opts.usernsDir);
     this.execs = new RuncExec({
       runcBin: this.runcBin,
       root: this.root,
@@ -301,6 +301,10 @@ export class RuncRuntime implements RuntimeDriver {
 
   ownsNetns(boxId: string, netnsPath: string): Promise<boolean> {
     return this.namespaces.owns(this.containerId(boxId), netnsPath);
+  }
+
+  netnsLoopbackUp(boxId: string, netnsPath: string): Promise<boolean> {
+    return this.namespaces.loopbackUp(this.containerId(boxId), netnsPath);
   }
 
   async makeNetns(boxId: string, netnsPath: string, idMap: IdMap): Promise<void> {
