@@ -22,6 +22,10 @@ export interface SpawnRequest {
   env: NodeJS.ProcessEnv;
   input?: string | Uint8Array;
   timeoutMs?: number;
+  cwd?: string;
+  /** No stdio at all (/dev/null), answered at exit rather than when its pipes close: a command
+   *  that leaves processes behind holding its stdio (`runc run --detach`). */
+  noStdio?: boolean;
 }
 
 export interface SpawnError {
@@ -164,10 +168,10 @@ function settle(): void {
 }
 
 /** Runs argv through the helper and collects its output; null when the helper cannot take it. */
-export function spawnCollect(argv: string[], opts: { env?: NodeJS.ProcessEnv; input?: string | Buffer; timeoutMs?: number }): Promise<Collected> | null {
+export function spawnCollect(argv: string[], opts: { env?: NodeJS.ProcessEnv; input?: string | Buffer; timeoutMs?: number; cwd?: string; noStdio?: boolean }): Promise<Collected> | null {
   const h = reachable();
   if (!h) return null;
-  const req: SpawnRequest = { id: nextId++, argv, env: { ...(opts.env ?? process.env) }, input: opts.input, timeoutMs: opts.timeoutMs };
+  const req: SpawnRequest = { id: nextId++, argv, env: { ...(opts.env ?? process.env) }, input: opts.input, timeoutMs: opts.timeoutMs, cwd: opts.cwd, noStdio: opts.noStdio };
   return new Promise<Collected>((resolve, reject) => {
     const p: Pending = { helper: h, req, resolve, reject };
     if (opts.timeoutMs) {

@@ -5,7 +5,7 @@
  * they would have). Signals to the node's process group (Ctrl-C) are for the node: the helper
  * goes when the node lets it go.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import type { SpawnAnswer, SpawnRequest } from './spawner';
 
 function answer(a: SpawnAnswer): void {
@@ -17,9 +17,15 @@ const errorOf = (e: NodeJS.ErrnoException) => ({ message: e.message, code: e.cod
 function start(req: SpawnRequest): void {
   let child: ChildProcess;
   try {
-    child = spawn(req.argv[0], req.argv.slice(1), { env: req.env, stdio: [req.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const stdio: StdioOptions = req.noStdio ? 'ignore' : [req.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'];
+    child = spawn(req.argv[0], req.argv.slice(1), { env: req.env, cwd: req.cwd, stdio });
   } catch (e) {
     answer({ id: req.id, error: errorOf(e as NodeJS.ErrnoException) });
+    return;
+  }
+  if (req.noStdio) {
+    child.on('error', (e: NodeJS.ErrnoException) => answer({ id: req.id, error: errorOf(e) }));
+    child.on('exit', (code) => answer({ id: req.id, exitCode: code, stdout: new Uint8Array(0), stderr: new Uint8Array(0) }));
     return;
   }
   const out: Buffer[] = [];

@@ -4,10 +4,12 @@
  * is not held by the forks, and a helper that never keeps its parent alive.
  */
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { CommandError, run } from '../core/command';
-import { useSpawner } from '../core/spawner';
+import { spawnCollect, useSpawner } from '../core/spawner';
 
 for (const on of [false, true]) {
   t.test(`run() ${on ? 'through the spawner' : 'started here'}`, async (t) => {
@@ -43,4 +45,19 @@ t.test('a process that used the spawner exits by itself when its work is done', 
   const r = spawnSync(process.execPath, ['-e', script], { timeout: 20_000, encoding: 'utf8' });
   t.equal(r.status, 0, 'exited 0 (not killed at the 20 s timeout)');
   t.equal(r.stdout, 'done\n', 'after the command answered');
+});
+
+t.test('a command without stdio is answered at its exit, even with a process left holding what it had', async (t) => {
+  useSpawner(true);
+  t.teardown(() => useSpawner(false));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'spawner-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const t0 = Date.now();
+  // As `runc run --detach` leaves the container: a child that outlives it. With pipes, the
+  // answer would wait for the child.
+  const answer = spawnCollect(['sh', '-c', 'pwd > marker; sleep 5 & exit 3'], { cwd: dir, noStdio: true });
+  t.ok(answer, 'the helper takes it');
+  t.equal((await answer!).exitCode, 3, 'its exit code');
+  t.ok(Date.now() - t0 < 4000, 'without waiting for the process it left');
+  t.equal(fs.readFileSync(path.join(dir, 'marker'), 'utf8'), `${fs.realpathSync(dir)}\n`, 'in the cwd given');
 });

@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { spawnCollect, spawnerEnabled, SpawnerUnavailable } from '../../core/spawner';
 
 /** How much of runc's own log a failed start reports. */
 const RUNC_LOG_TAIL_BYTES = 4096;
@@ -18,6 +19,19 @@ export function runDetached(runcBin: string, root: string, bundle: string, id: s
   // With boxd, `boxd listen` makes the box's listening socket on the host side and execs runc
   // with it as fd 3, which runc hands to the container's PID 1 (boxd) and nothing else.
   const argv = listen ? [listen.boxd, 'listen', listen.socket, ...runc] : runc;
+  // Started by the node's spawner when it has one (core/spawner.ts: a fork of the node itself
+  // holds its event loop for milliseconds); here when the spawner never got it.
+  const viaSpawner = spawnerEnabled() ? spawnCollect(argv, { cwd: bundle, noStdio: true }) : null;
+  if (viaSpawner) {
+    return viaSpawner.then(
+      (r) => r.exitCode,
+      (e) => (e instanceof SpawnerUnavailable ? startHere(argv, bundle) : Promise.reject(e)),
+    );
+  }
+  return startHere(argv, bundle);
+}
+
+function startHere(argv: string[], bundle: string): Promise<number | null> {
   return new Promise<number | null>((resolve, reject) => {
     const child = spawn(argv[0], argv.slice(1), { cwd: bundle, stdio: 'ignore' });
     child.on('error', reject);
