@@ -79,6 +79,10 @@ t.test('a box with boxd', async (t) => {
   t.test('a box process cannot stop, trace or impersonate boxd', async (t) => {
     const kills = await ex(['sh', '-c', 'for s in $(seq 1 31) $(seq 34 64); do kill -$s 1 2>/dev/null; done; echo sent']);
     t.equal(kills.stdout, 'sent\n');
+    // The seccomp profile refuses kill(2) at pid 1 but its probe (signal 0).
+    t.match((await ex(['sh', '-c', 'kill -TERM 1'])).stderr, /not permitted/, 'kill -TERM 1 is refused');
+    t.equal((await ex(['sh', '-c', 'kill -0 1'])).exitCode, 0, 'kill -0 1 (is it there?) works');
+    t.equal((await ex(['sh', '-c', 'sleep 100 & kill -TERM $!; wait $!; echo $?'])).stdout, '143\n', 'a signal to any other process works');
     await sleep(200);
     t.equal((await ex(['echo', 'alive'])).stdout, 'alive\n', 'every signal from inside leaves boxd serving');
     t.equal(await runtime.status('one'), 'running');
