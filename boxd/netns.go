@@ -40,12 +40,11 @@ func hostNetns(args []string) int {
 	if err1 != nil || err2 != nil || hostID <= 0 || size <= 0 {
 		return fail("HOST_ID and SIZE must be positive integers")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fail("own path: %v", err)
-	}
 	idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: size}}
-	holder := exec.Command(self, "netns-hold")
+	// The holder execs this binary through /proc/self/exe: as the new namespace's root it is an
+	// unprivileged host user, who may not be able to walk to the binary's own path (a clone
+	// under /root, 0700); the magic link needs no walk.
+	holder := exec.Command("/proc/self/exe", "netns-hold")
 	holder.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
 		UidMappings: idMap,
