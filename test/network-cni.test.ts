@@ -243,6 +243,10 @@ t.test('project networks', async (t) => {
   t.ok(network.layout.holds(2, c.address), `${c.address} is in project 2's ${network.subnet(2)}`);
   t.not(a.address, b.address);
   t.same(await network.attach('a', P1), a, 'attach is idempotent');
+  // Root in a box owns its netns and may take lo down; the netns outlives a stop.
+  await inNs(network.netnsName('a'), ['ip', 'link', 'set', 'lo', 'down']);
+  t.same(await network.attach('a', P1, { loopbackUp: true }), a, 'lo taken down inside: attach keeps eth0 and the address');
+  t.match((await inNs(network.netnsName('a'), ['ip', '-j', 'link', 'show', 'dev', 'lo'])).stdout, /"UP"/, 'and brings lo up again, whatever made the netns');
   t.same((await network.listAttached()).sort(), ['a', 'b', 'c']);
 
   // Listeners: httpd and nc in each box; two host services.

@@ -691,6 +691,12 @@ export class CniNetwork implements NetworkDriver {
         const lo = await run(['ip', '-n', this.netnsName(boxId), '-j', 'link', 'show', 'dev', 'lo'], { allowFailure: true });
         // The mark is written after the port chain: an attached box with its mark is guarded.
         if (lo.stdout.includes('"UP"') || lo.stdout.includes('LOWER_UP')) return { netnsPath, address: eth0.address, gateway };
+        // Attached, with lo down: root in the box took it down (its netns outlives a stop). Up
+        // again, whatever made the netns; eth0 and the address stay as they are.
+        if (lo.exitCode === 0) {
+          await this.cni('ADD', this.loopbackConf(), boxId, 'lo');
+          return { netnsPath, address: eth0.address, gateway };
+        }
       }
       // Half made (a worker died mid-way): undo and start over. A netns that `prepare` made
       // has no eth0 yet and goes straight to ADD.

@@ -59,6 +59,7 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
   }
 
   async netnsLoopbackUp(boxId: string, netnsPath: string): Promise<boolean> {
+    this.fault('netnsLoopbackUp');
     return this.ownNetns.has(`${boxId} ${netnsPath}`);
   }
 
