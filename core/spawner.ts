@@ -169,6 +169,7 @@ function settle(): void {
 
 /** Runs argv through the helper and collects its output; null when the helper cannot take it. */
 export function spawnCollect(argv: string[], opts: { env?: NodeJS.ProcessEnv; input?: string | Buffer; timeoutMs?: number; cwd?: string; noStdio?: boolean }): Promise<Collected> | null {
+  if (opts.noStdio && opts.input !== undefined) throw new Error('a command without stdio takes no input');
   const h = reachable();
   if (!h) return null;
   const req: SpawnRequest = { id: nextId++, argv, env: { ...(opts.env ?? process.env) }, input: opts.input, timeoutMs: opts.timeoutMs, cwd: opts.cwd, noStdio: opts.noStdio };

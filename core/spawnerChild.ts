@@ -24,8 +24,15 @@ function start(req: SpawnRequest): void {
     return;
   }
   if (req.noStdio) {
-    child.on('error', (e: NodeJS.ErrnoException) => answer({ id: req.id, error: errorOf(e) }));
-    child.on('exit', (code) => answer({ id: req.id, exitCode: code, stdout: new Uint8Array(0), stderr: new Uint8Array(0) }));
+    const deadline = req.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), req.timeoutMs) : undefined;
+    child.on('error', (e: NodeJS.ErrnoException) => {
+      if (deadline) clearTimeout(deadline);
+      answer({ id: req.id, error: errorOf(e) });
+    });
+    child.on('exit', (code) => {
+      if (deadline) clearTimeout(deadline);
+      answer({ id: req.id, exitCode: code, stdout: new Uint8Array(0), stderr: new Uint8Array(0) });
+    });
     return;
   }
   const out: Buffer[] = [];
