@@ -54,6 +54,18 @@ int main(int argc, char **argv) {
     printf("ping: %s\\n", n >= 8 && reply[0] == 0 ? "reply" : n < 0 ? strerror(errno) : "not a reply");
     return !(n >= 8 && reply[0] == 0);
   }
+  if (argc > 1 && !strcmp(argv[1], "wide")) {
+    /* Arguments with bits above the 32 a pid_t or a socket family has: the kernel reads only
+       the low 32, a seccomp rule sees all 64. */
+    long self = syscall(SYS_kill, 0x100000000L | getpid(), 0);
+    int eself = errno;
+    long one = syscall(SYS_kill, 0x100000001L, 28);
+    int eone = errno;
+    long vs = syscall(SYS_socket, 0x100000000L | 40, SOCK_STREAM, 0);
+    int evs = errno;
+    printf("self: %s, pid 1: %s, vsock: %s\\n", self == 0 ? "ok" : strerror(eself), one == 0 ? "ok" : strerror(eone), vs >= 0 ? "ok" : strerror(evs));
+    return 0;
+  }
   printf("%d %d\\n", (int)getuid(), (int)geteuid());
   return 0;
 }
@@ -177,6 +189,15 @@ t.test('attacks from inside boxes fail', async (t) => {
     const inBox = await exec('harda', 'one', '/tmp/probe uring');
     t.equal(inBox.exit_code, 1);
     t.equal(inBox.stdout, 'io_uring_setup: Operation not permitted\n', 'refused by the seccomp filter');
+  });
+
+  t.test('seccomp reads a pid or a socket family as the kernel does: its low 32 bits', { skip: gcc?.exitCode === 0 ? false : 'no gcc -static on this host' }, async (t) => {
+    t.match((await run([probe, 'wide'], { allowFailure: true })).stdout, /^self: ok, /, 'positive control: the kernel drops the high bits (a signal 0 to itself, on the host)');
+    probeIn(one.id, 'probe');
+    const inBox = (await exec('harda', 'one', '/tmp/probe wide')).stdout;
+    t.match(inBox, /^self: ok, /, 'and in the box');
+    t.match(inBox, /pid 1: Operation not permitted, /, 'pid 1 with high bits set is still pid 1 to the filter');
+    t.match(inBox, /vsock: Operation not permitted\n$/, 'AF_VSOCK with high bits set is still refused');
   });
 
   t.test('no device nodes, no core files', async (t) => {

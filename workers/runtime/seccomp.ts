@@ -102,6 +102,21 @@ const COMPAT_ARCHITECTURES: Record<string, string[]> = {
   arm64: ['SCMP_ARCH_ARM'],
 };
 
+const LOW32 = 0xffffffff;
+
+/**
+ * `names` allowed when argument `index`, a 32-bit int (a pid, a socket family), is not `value`.
+ * Seccomp compares all 64 bits of a register while the kernel reads only the low 32, so
+ * `SCMP_CMP_NE` would let 0x1_0000_0001 through as 1: the low 32 bits are tested, one bit per rule
+ * (rules of one call are ORed): any bit that differs from `value`'s.
+ */
+function lowWordNot(names: string[], index: number, value: number): SeccompSyscall[] {
+  return Array.from({ length: 32 }, (_, bit) => {
+    const mask = 2 ** bit;
+    return { names, action: 'SCMP_ACT_ALLOW' as const, args: [{ index, value: mask, valueTwo: Math.floor(value / mask) % 2 === 1 ? 0 : mask, op: 'SCMP_CMP_MASKED_EQ' as const }] };
+  });
+}
+
 /**
  * The box seccomp profile for this host's architecture. Unlike Docker's, it names only the
  * native architecture unless `compat32` is set: runc compiles the filter again for every
@@ -117,7 +132,7 @@ export function defaultSeccompProfile(arch: string = process.arch, opts: { compa
     syscalls: [
       { names: [...ALLOWED, ...(ARCH_ALLOWED[arch] ?? [])], action: 'SCMP_ACT_ALLOW' },
       // Any socket family but AF_VSOCK.
-      { names: ['socket'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: AF_VSOCK, op: 'SCMP_CMP_NE' }] },
+      ...lowWordNot(['socket'], 0, AF_VSOCK),
       // personality(2) only for the harmless personas (Linux, UNAME26, READ_IMPLIES_EXEC, query).
       ...personalities.map((p): SeccompSyscall => ({
         names: ['personality'],
@@ -138,13 +153,13 @@ export function defaultSeccompProfile(arch: string = process.arch, opts: { compa
       // PID 1, as something other than kill(2)'s SI_USER, which Go's runtime takes for a real
       // fault and dies of (a SIGSEGV queued at pid 1 stopped the box). So: none aimed at pid 1;
       // tkill (obsolete: libcs use tgkill) not at all; pidfd_send_signal only without a siginfo.
-      { names: ['tgkill', 'rt_sigqueueinfo', 'rt_tgsigqueueinfo'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: 1, op: 'SCMP_CMP_NE' }] },
+      ...lowWordNot(['tgkill', 'rt_sigqueueinfo', 'rt_tgsigqueueinfo'], 0, 1),
       // kill(2) at pid 1 only as the probe (signal 0): a burst of signals at boxd killed it now and
       // then with signal 34, a realtime signal Go's runtime leaves at its default (found
       // 2026-11-24: 2 boxes of 12 stopped by `for s in 1…64: kill -$s 1`). The box is stopped
       // through the API, never from inside.
-      { names: ['kill'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: 1, op: 'SCMP_CMP_NE' }] },
-      { names: ['kill'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: 1, op: 'SCMP_CMP_EQ' }, { index: 1, value: 0, op: 'SCMP_CMP_EQ' }] },
+      ...lowWordNot(['kill'], 0, 1),
+      { names: ['kill'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: LOW32, valueTwo: 1, op: 'SCMP_CMP_MASKED_EQ' }, { index: 1, value: LOW32, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }] },
       { names: ['pidfd_send_signal'], action: 'SCMP_ACT_ALLOW', args: [{ index: 2, value: 0, op: 'SCMP_CMP_EQ' }] },
     ],
   };
