@@ -63,7 +63,12 @@ int main(int argc, char **argv) {
     int eone = errno;
     long vs = syscall(SYS_socket, 0x100000000L | 40, SOCK_STREAM, 0);
     int evs = errno;
-    printf("self: %s, pid 1: %s, vsock: %s\\n", self == 0 ? "ok" : strerror(eself), one == 0 ? "ok" : strerror(eone), vs >= 0 ? "ok" : strerror(evs));
+    long plain = syscall(SYS_socket, 40, SOCK_STREAM, 0);
+    int eplain = errno;
+    long group = syscall(SYS_kill, (long)-getpgrp(), 0);
+    int egroup = errno;
+    printf("self: %s, pid 1: %s, vsock: %s, plain vsock: %s, own group: %s\\n", self == 0 ? "ok" : strerror(eself), one == 0 ? "ok" : strerror(eone), vs >= 0 ? "ok" : strerror(evs),
+           plain >= 0 ? "ok" : strerror(eplain), group == 0 ? "ok" : strerror(egroup));
     return 0;
   }
   printf("%d %d\\n", (int)getuid(), (int)geteuid());
@@ -195,9 +200,11 @@ t.test('attacks from inside boxes fail', async (t) => {
     t.match((await run([probe, 'wide'], { allowFailure: true })).stdout, /^self: ok, /, 'positive control: the kernel drops the high bits (a signal 0 to itself, on the host)');
     probeIn(one.id, 'probe');
     const inBox = (await exec('harda', 'one', '/tmp/probe wide')).stdout;
-    t.match(inBox, /^self: ok, /, 'and in the box');
+    t.match(inBox, /^self: ok, /, 'and in the box (the filter reads the low 32 bits too: not pid 1)');
     t.match(inBox, /pid 1: Operation not permitted, /, 'pid 1 with high bits set is still pid 1 to the filter');
-    t.match(inBox, /vsock: Operation not permitted\n$/, 'AF_VSOCK with high bits set is still refused');
+    t.match(inBox, /, vsock: Operation not permitted, /, 'AF_VSOCK with high bits set is still refused');
+    t.match(inBox, /plain vsock: Operation not permitted, /, 'as is AF_VSOCK itself');
+    t.match(inBox, /own group: ok\n$/, 'a negative pid (its own process group) passes');
   });
 
   t.test('no device nodes, no core files', async (t) => {
