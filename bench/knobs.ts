@@ -16,6 +16,8 @@ export interface Knobs {
   scaleBoxes: number;
   /** Only the scale figures. */
   scaleOnly: boolean;
+  /** Only the create figure (and the teardown): for measuring a change to create. */
+  createOnly: boolean;
   backupMb: number;
   backupRuns: number;
   /** WebSocket execs timed to their first byte, and the files' size and runs (issue 9). */
@@ -42,6 +44,7 @@ export function readKnobs(): Knobs {
       return v !== undefined && v !== '' && Number.isInteger(n) && n >= 0 ? n : 1000;
     })(),
     scaleOnly: process.env.BENCH_SCALE_ONLY === '1',
+    createOnly: process.env.BENCH_CREATE_ONLY === '1',
     backupMb: intEnv('BENCH_BACKUP_MB', 256),
     backupRuns: intEnv('BENCH_BACKUP_RUNS', 3),
     wsExecs: intEnv('BENCH_WS_EXECS', 50),

@@ -25,7 +25,8 @@
  *   npm run bench        (or: npx tsc -p . && node dist/bench/main.js)
  *
  * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024),
- * BENCH_SCALE_BOXES (1000; 0 skips the scale figures), BENCH_SCALE_ONLY=1 (only the scale figures).
+ * BENCH_SCALE_BOXES (1000; 0 skips the scale figures), BENCH_SCALE_ONLY=1 (only the scale figures),
+ * BENCH_CREATE_ONLY=1 (only the create figure, no scale: a minute or two).
  *
  * This file runs the parts in order; each lives in bench/sections/ (create, exec, interactive,
  * proxy and deploy, fork and snapshot, backup), the host's setup in setup.ts, the knobs in
@@ -53,6 +54,9 @@ import { forkSection, snapshotSection } from './sections/fork';
 import { backupSection } from './sections/backup';
 
 const knobs = readKnobs();
+
+/** Ends the sections after create when BENCH_CREATE_ONLY=1. */
+class CreateOnly extends Error {}
 
 const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 
@@ -124,6 +128,7 @@ async function main(): Promise<number> {
       // 1. create → running; its first box is the exec, interactive and proxy figures' box,
       // its second the empty box the fork and snapshot figures compare with.
       const { creates, raw } = await createSection(ctx);
+      if (knobs.createOnly) throw new CreateOnly();
       const target = creates[0];
       // 2. exec; 2b. interactive: WebSocket exec, files; 2c. the publish proxy, a deploy under load
       await execSection(ctx, target, raw);
@@ -137,7 +142,9 @@ async function main(): Promise<number> {
       if (knobs.backupRuns > 0) await backupSection(ctx);
     }
   } catch (e) {
-    error = e as Error;
+    if (!(e instanceof CreateOnly)) error = e as Error;
+  }
+  if (error) {
     progress(interrupted ? 'interrupted' : `bench failed: ${error.stack ?? error.message}`);
   }
 
@@ -151,7 +158,7 @@ async function main(): Promise<number> {
 
   // ------------------------------------------------------------ 4. scale, on a host of its own
   let scaleReport: string[] = [];
-  if (knobs.scaleBoxes > 0 && !error) {
+  if (knobs.scaleBoxes > 0 && !error && !knobs.createOnly) {
     const scale = await runScale({ boxes: knobs.scaleBoxes, makeConfig: benchConfig, profiler, progress, checkpoint });
     if (interrupted) {
       progress(`interrupted; cleaned up${scale.problems.length ? ` with problems:\n  ${scale.problems.join('\n  ')}` : ''}`);
@@ -164,7 +171,7 @@ async function main(): Promise<number> {
     if (scale.firstHundred.length && scale.lastHundred.length) {
       figures.push(figure(`create→running at boxes ${scale.lastRange} vs ${scale.firstRange}`, scale.lastHundred, scale.firstHundred, `boxes ${scale.firstRange}`, scale.target));
     }
-  } else if (knobs.scaleBoxes > 0) {
+  } else if (knobs.scaleBoxes > 0 && !knobs.createOnly) {
     notes.push('the scale figures did not run: the bench failed before them');
   }
 
