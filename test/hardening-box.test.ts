@@ -17,6 +17,7 @@ import { startTestHost } from './helpers/host';
 const PROBE_C = `
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/time.h>
 #include <stdio.h>
@@ -59,16 +60,32 @@ int main(int argc, char **argv) {
        the low 32, a seccomp rule sees all 64. */
     long self = syscall(SYS_kill, 0x100000000L | getpid(), 0);
     int eself = errno;
-    long one = syscall(SYS_kill, 0x100000001L, 28);
-    int eone = errno;
+    /* On the host (the positive control) pid 1 is the host's init: not signalled. */
+    int onHost = argc > 2 && !strcmp(argv[2], "host");
+    long one = onHost ? -1 : syscall(SYS_kill, 0x100000001L, 28);
+    int eone = onHost ? 0 : errno;
     long vs = syscall(SYS_socket, 0x100000000L | 40, SOCK_STREAM, 0);
     int evs = errno;
     long plain = syscall(SYS_socket, 40, SOCK_STREAM, 0);
     int eplain = errno;
     long group = syscall(SYS_kill, (long)-getpgrp(), 0);
     int egroup = errno;
-    printf("self: %s, pid 1: %s, vsock: %s, plain vsock: %s, own group: %s\\n", self == 0 ? "ok" : strerror(eself), one == 0 ? "ok" : strerror(eone), vs >= 0 ? "ok" : strerror(evs),
+    printf("self: %s, pid 1: %s, vsock: %s, plain vsock: %s, own group: %s\\n", self == 0 ? "ok" : strerror(eself), onHost ? "skipped" : one == 0 ? "ok" : strerror(eone), vs >= 0 ? "ok" : strerror(evs),
            plain >= 0 ? "ok" : strerror(eplain), group == 0 ? "ok" : strerror(egroup));
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "pidfd")) {
+    /* A signal through a descriptor: a pidfd of itself, and /proc/1 (which the call accepts
+       as a pidfd of pid 1). Signal 0 only: the filter refuses the call whatever the signal. */
+    long self = syscall(SYS_pidfd_open, getpid(), 0);
+    int eself = errno;
+    long sent = self >= 0 ? syscall(SYS_pidfd_send_signal, self, 0, 0L, 0) : -1;
+    int esent = errno;
+    int proc1 = open("/proc/1", O_RDONLY | O_DIRECTORY);
+    long one = proc1 >= 0 ? syscall(SYS_pidfd_send_signal, proc1, 0, 0L, 0) : -1;
+    int eone = errno;
+    printf("pidfd_open: %s, signal 0 to itself: %s, signal to /proc/1: %s\\n", self >= 0 ? "ok" : strerror(eself), sent == 0 ? "ok" : strerror(esent),
+           proc1 < 0 ? "no /proc/1" : one == 0 ? "ok" : strerror(eone));
     return 0;
   }
   printf("%d %d\\n", (int)getuid(), (int)geteuid());
@@ -197,7 +214,7 @@ t.test('attacks from inside boxes fail', async (t) => {
   });
 
   t.test('seccomp reads a pid or a socket family as the kernel does: its low 32 bits', { skip: gcc?.exitCode === 0 ? false : 'no gcc -static on this host' }, async (t) => {
-    t.match((await run([probe, 'wide'], { allowFailure: true })).stdout, /^self: ok, /, 'positive control: the kernel drops the high bits (a signal 0 to itself, on the host)');
+    t.match((await run([probe, 'wide', 'host'], { allowFailure: true })).stdout, /^self: ok, /, 'positive control: the kernel drops the high bits (a signal 0 to itself, on the host)');
     probeIn(one.id, 'probe');
     const inBox = (await exec('harda', 'one', '/tmp/probe wide')).stdout;
     t.match(inBox, /^self: ok, /, 'and in the box (the filter reads the low 32 bits too: not pid 1)');
@@ -205,6 +222,15 @@ t.test('attacks from inside boxes fail', async (t) => {
     t.match(inBox, /, vsock: Operation not permitted, /, 'AF_VSOCK with high bits set is still refused');
     t.match(inBox, /plain vsock: Operation not permitted, /, 'as is AF_VSOCK itself');
     t.match(inBox, /own group: ok\n$/, 'a negative pid (its own process group) passes');
+  });
+
+  t.test('no signal through a pidfd: pidfd_send_signal is "not implemented", so programs fall back to kill(2)', { skip: gcc?.exitCode === 0 ? false : 'no gcc -static on this host' }, async (t) => {
+    t.match((await run([probe, 'pidfd'], { allowFailure: true })).stdout, /^pidfd_open: ok, signal 0 to itself: ok, /, 'positive control: the host kernel has both calls');
+    probeIn(one.id, 'probe');
+    const inBox = (await exec('harda', 'one', '/tmp/probe pidfd')).stdout;
+    t.match(inBox, /^pidfd_open: ok, /, 'a box may still open a pidfd (to wait on it)');
+    t.match(inBox, /signal 0 to itself: Function not implemented, /, 'but not signal through one');
+    t.match(inBox, /signal to \/proc\/1: Function not implemented\n$/, 'so pid 1 is out of reach that way too');
   });
 
   t.test('no device nodes, no core files', async (t) => {

@@ -152,7 +152,7 @@ export function defaultSeccompProfile(arch: string = process.arch, opts: { compa
       // Signals that carry a sender-made siginfo (or name a thread) would reach boxd, the box's
       // PID 1, as something other than kill(2)'s SI_USER, which Go's runtime takes for a real
       // fault and dies of (a SIGSEGV queued at pid 1 stopped the box). So: none aimed at pid 1;
-      // tkill (obsolete: libcs use tgkill) not at all; pidfd_send_signal only without a siginfo.
+      // tkill (obsolete: libcs use tgkill) not at all.
       ...lowWordNot(['tgkill', 'rt_sigqueueinfo', 'rt_tgsigqueueinfo'], 0, 1),
       // kill(2) at pid 1 only as the probe (signal 0): a burst of signals at boxd killed it now and
       // then with signal 34, a realtime signal Go's runtime leaves at its default (found
@@ -160,7 +160,10 @@ export function defaultSeccompProfile(arch: string = process.arch, opts: { compa
       // through the API, never from inside.
       ...lowWordNot(['kill'], 0, 1),
       { names: ['kill'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: LOW32, valueTwo: 1, op: 'SCMP_CMP_MASKED_EQ' }, { index: 1, value: LOW32, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }] },
-      { names: ['pidfd_send_signal'], action: 'SCMP_ACT_ALLOW', args: [{ index: 2, value: 0, op: 'SCMP_CMP_EQ' }] },
+      // pidfd_send_signal reaches any pid a pidfd (or a /proc/<pid> directory) names, pid 1 too,
+      // and the pid behind a descriptor is not an argument seccomp can read: "not implemented",
+      // as on kernels before 5.1, so that programs fall back to kill(2) (Go's os package, systemd).
+      { names: ['pidfd_send_signal'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
     ],
   };
 }
