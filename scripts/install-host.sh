@@ -10,7 +10,9 @@ set -euo pipefail
 # nftables: the CNI bridge plugin's macspoofchk and boxhost's per-box port chains run `nft`.
 # libcap2-bin: getcap/setcap keep file capabilities when a base is shifted into an id range.
 # golang-go: builds boxd, the agent every box runs as PID 1 (scripts/build-boxd.sh, no downloads).
-PACKAGES=(redis-server runc zfs-fuse busybox-static tini golang-go containernetworking-plugins iptables iproute2 nftables libcap2-bin tmux curl mmdebstrap)
+# gcc, libc6-dev: the hardening tests build static probes (io_uring, raw sockets, seccomp, pidfd)
+# to run inside boxes; without them those tests would be skipped.
+PACKAGES=(redis-server runc zfs-fuse busybox-static tini golang-go containernetworking-plugins iptables iproute2 nftables libcap2-bin tmux curl mmdebstrap gcc libc6-dev)
 ZFS_FUSE=/usr/sbin/zfs-fuse
 ZFS_FUSE_PIDFILE=/var/run/zfs-fuse.pid
 ZFS_WAIT_SECONDS=20

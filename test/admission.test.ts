@@ -1,5 +1,8 @@
+import fs from 'node:fs';
 import t from 'tap';
 import { startTestHost } from './helpers/host';
+import { projectsRepo } from '../db/repos/projects';
+import type { CniNetwork } from '../workers/network/cni';
 
 /**
  * Capacity admission and project quotas on a real host: a node promises at most its capacity ×
@@ -34,6 +37,9 @@ t.test('admission and quotas', async (t) => {
     t.equal(a.status, 200, a.text);
     const b = await host.call('POST', `${P}/adm/boxes`, { body: { name: 'b', config: { ram_mb: 1024, storage_gb: 1 } } });
     t.equal(b.status, 409, 'what is promised counts: 1536 + 1024 > 2048');
+    const cpu = await host.call('POST', `${P}/adm/boxes`, { body: { name: 'c', config: { cpus: 3, ram_mb: 128, storage_gb: 1 } } });
+    t.equal(cpu.status, 409, 'cpus count too: 2 + 3 > 4 promisable');
+    t.same(cpu.body.error.details, [{ field: 'config.cpus', issue: 'no node has room for it' }]);
     const fork = await host.call('POST', `${P}/adm/boxes`, { body: { name: 'a-fork', fork: 'a' } });
     t.equal(fork.status, 409, "a fork takes its source's config (1536 MB) and needs room on its node");
     const grow = await host.call('PUT', `${P}/adm/boxes/a`, { body: { config: { ram_mb: 4096 } } });
@@ -42,7 +48,13 @@ t.test('admission and quotas', async (t) => {
     t.equal((await host.call('PUT', `${P}/adm/boxes/a`, { body: { config: { ram_mb: 1024 } } })).status, 200, 'shrinking is fine');
     t.equal((await host.call('POST', `${P}/adm/boxes?wait=60`, { body: { name: 'b', config: { ram_mb: 1024, storage_gb: 1 } } })).status, 200, 'and makes room');
     t.match((await host.call('GET', '/v1/nodes/local')).body.committed, { cpus: 3, ram_mb: 2048, disk_gb: 2, boxes: 2 });
-    for (const n of ['a', 'b']) await host.call('DELETE', `${P}/adm/boxes/${n}?wait=60`);
+    // The project's bridge lives while it has a box on the node and goes with the last one.
+    const bridge = (host.node!.ctx.network as CniNetwork).bridgeName((await projectsRepo.get(host.db, 'adm'))!.net_index);
+    t.ok(fs.existsSync(`/sys/class/net/${bridge}`), `control: the project's bridge ${bridge} is there`);
+    t.equal((await host.call('DELETE', `${P}/adm/boxes/a?wait=60`)).status, 204);
+    t.ok(fs.existsSync(`/sys/class/net/${bridge}`), 'one box left: the bridge stays');
+    t.equal((await host.call('DELETE', `${P}/adm/boxes/b?wait=60`)).status, 204);
+    t.notOk(fs.existsSync(`/sys/class/net/${bridge}`), 'the last box gone: so is the bridge');
   });
 
   t.test('a project holds at most its quotas: 429 with Retry-After', async (t) => {
@@ -62,6 +74,18 @@ t.test('admission and quotas', async (t) => {
     t.equal(cpus.status, 429, 'an update past the cpu quota');
     t.same(cpus.body.error.details, [{ field: 'config.cpus', issue: "over the project's quota of 2" }]);
     t.match((await host.call('GET', `${P}/quota`)).body, { usage: { boxes: 1, cpus: 1, ram_mb: 128, storage_gb: 1, volumes: 0 } });
+    // RAM and storage quotas, on a create (boxes lifted out of the way) and on an update.
+    t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { boxes: 5, ram_mb: 256, storage_gb: 2 } } })).status, 200);
+    const ram = await host.call('POST', `${P}/quota/boxes`, { body: { name: 'ram', config: { ram_mb: 256, storage_gb: 1 } } });
+    t.equal(ram.status, 429, 'a create past the ram quota: 128 + 256 > 256');
+    t.same(ram.body.error.details, [{ field: 'config.ram_mb', issue: "over the project's quota of 256" }]);
+    const disk = await host.call('POST', `${P}/quota/boxes`, { body: { name: 'disk', config: { ram_mb: 64, storage_gb: 2 } } });
+    t.equal(disk.status, 429, 'a create past the storage quota: 1 + 2 > 2');
+    t.same(disk.body.error.details, [{ field: 'config.storage_gb', issue: "over the project's quota of 2" }]);
+    const grown = await host.call('PUT', `${P}/quota/boxes/one`, { body: { config: { ram_mb: 512 } } });
+    t.equal(grown.status, 429, 'an update past the ram quota');
+    t.same(await counts(), before, 'nothing made');
+    t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { ram_mb: null, storage_gb: null } } })).status, 200);
     t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { boxes: null } } })).body.quotas.boxes, 1000, 'null: back to the default');
     t.equal((await host.call('POST', `${P}/quota/boxes?wait=60`, { body: { name: 'two', config: { ram_mb: 128, storage_gb: 1 } } })).status, 200);
     const tok = (await host.call('POST', '/v1/tokens', { body: { name: 'q', projects: ['quota'] } })).body.token;

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import t from 'tap';
 import { run, sleep } from '../core/command';
 import { BoxdServices } from '../workers/runtime/boxd/services';
@@ -43,6 +44,29 @@ t.test('the agent watchdog restarts a box whose boxd is wedged or gone', async (
     const back = await new BoxdServices((await runtime.agent(box.id))!).get('keeper');
     t.equal(back.state, 'running', `${how}: its service came back with it`);
   };
+
+  // Out of reach for a moment (its socket moved aside on the host, for less than the watchdog's
+  // three misses): the API answers 503 with Retry-After and the contract's body, with no host
+  // path in it; put back, the same boxd serves again, and nothing was restarted.
+  const sock = runtime.boxdSocketPath(box.id);
+  fs.renameSync(sock, `${sock}.away`);
+  let away: Awaited<ReturnType<typeof exec>>;
+  let awayFile: Awaited<ReturnType<typeof exec>>;
+  try {
+    away = await exec(['true']);
+    awayFile = await host.call('GET', `${P}/w/files?path=/etc/hostname`);
+  } finally {
+    fs.renameSync(`${sock}.away`, sock);
+  }
+  for (const [what, r] of [['exec', away], ['a file read', awayFile]] as const) {
+    t.equal(r.status, 503, `${what} while boxd is out of reach: 503`);
+    t.equal(r.headers.get('retry-after'), '5', `${what}: with Retry-After`);
+    t.equal(r.body?.error?.code, 'unavailable', `${what}: the contract's error body`);
+    t.match(r.body?.error?.message, /boxd/, `${what}: naming the box's agent`);
+    t.notMatch(r.text, /\/var\/|\/tmp\/|\/run\/|\.sock/, `${what}: no host path`);
+  }
+  t.equal((await exec(['echo', 'again'])).body.stdout, 'again\n', 'back: it serves again');
+  t.equal(dog.restarted.length, 0, 'without a restart');
 
   const frozen = await pid1();
   await run(['kill', '-STOP', String(frozen)]);

@@ -184,6 +184,22 @@ t.test('boxes', async (t) => {
     t.equal(same.stdout.trim(), 'pong', 'same project connects');
     const other = await sh('beta', 'stranger', `echo ping | timeout 3 nc ${web.address} 7070`);
     t.not(other.stdout.trim(), 'pong', 'another project cannot connect');
+    // Control: the stranger's own network works (it answers the host, over its eth0), so its
+    // silence above is the isolation's, not a box with no network.
+    const stranger = (await host.call('GET', `${P}/beta/boxes/stranger`)).body;
+    await exec('beta', 'stranger', { command: ['sh', '-c', 'while true; do echo pong | nc -l -p 7071; done'], no_hup: true });
+    const strangerAnswers = async () =>
+      new Promise<string>((resolve) => {
+        let got = '';
+        const c = net.connect(7071, stranger.address, () => c.write('ping\n'));
+        c.on('data', (b) => (got += b));
+        c.on('close', () => resolve(got));
+        c.on('error', () => resolve(got));
+        setTimeout(() => c.destroy(), 3000);
+      });
+    let fromStranger = await strangerAnswers();
+    for (let i = 0; i < 20 && fromStranger.trim() !== 'pong'; i++) fromStranger = await strangerAnswers();
+    t.equal(fromStranger.trim(), 'pong', 'control: the stranger box has a working network');
 
     const server = net.createServer((s) => s.end('host-secret\n'));
     await new Promise<void>((r) => server.listen(0, '0.0.0.0', () => r()));

@@ -83,7 +83,11 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
   });
 
   t.test('box exec -it and box console through tmux', async (t) => {
-    const sock = `bh-tmux-${crypto.randomBytes(3).toString('hex')}`;
+    // A tmux server (socket) per session: a new session on the socket of a server still exiting
+    // from kill-server failed now and then (CI, 2026-11-24).
+    const prefix = `bh-tmux-${crypto.randomBytes(3).toString('hex')}`;
+    let sessions = 0;
+    let sock = `${prefix}-0`;
     const tmux = (args: string[]) => run(['tmux', '-L', sock, ...args], { allowFailure: true });
     t.teardown(() => tmux(['kill-server']));
     const codeFile = path.join(work, 'code');
@@ -91,8 +95,9 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
     const start = async (cmd: string) => {
       fs.rmSync(codeFile, { force: true });
       await tmux(['kill-server']);
+      sock = `${prefix}-${++sessions}`;
       const r = await tmux(['new-session', '-d', '-x', '120', '-y', '40', `env ${envs} ${process.execPath} ${MAIN} ${cmd}; echo "EXIT=$?" > ${codeFile}; sleep 30`]);
-      t.equal(r.exitCode, 0, `tmux runs box ${cmd}`);
+      t.equal(r.exitCode, 0, `tmux runs box ${cmd}${r.exitCode ? `: ${r.stderr.trim()}` : ''}`);
     };
     const pane = async () => (await tmux(['capture-pane', '-p', '-J'])).stdout;
     const waitPane = async (re: RegExp) => {
