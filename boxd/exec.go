@@ -404,20 +404,28 @@ func killGroup(pid int, sig syscall.Signal) {
 func (st *execState) pump(r *os.File, t byte) {
 	defer st.outputs.Done()
 	buf := make([]byte, outputBuf)
+	dropping := false
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			// Time spent waiting for the node to take the output is not quiet: the drain
-			// after exit counts only time the pumps wait for the process's pipes.
-			atomic.AddInt32(&st.writing, 1)
-			werr := st.w.Write(t, buf[:n])
-			atomic.AddInt32(&st.writing, -1)
+			// after exit counts only time the pumps wait for the process's pipes. Once the
+			// node has let go of a no_hup process its output is dropped, but its pipe is still
+			// emptied (a full pipe would stop the process).
+			if !dropping {
+				atomic.AddInt32(&st.writing, 1)
+				werr := st.w.Write(t, buf[:n])
+				atomic.AddInt32(&st.writing, -1)
+				if werr != nil {
+					if !st.req.NoHup {
+						return
+					}
+					dropping = true
+				}
+			}
 			st.outMu.Lock()
 			st.lastOut = time.Now()
 			st.outMu.Unlock()
-			if werr != nil {
-				return
-			}
 		}
 		if err != nil {
 			return
@@ -507,7 +515,16 @@ func (st *execState) run(status <-chan syscall.WaitStatus) <-chan struct{} {
 			killGroup(st.pid, syscall.SIGKILL)
 		case <-gone:
 			gone = nil
-			killGroup(st.pid, syscall.SIGKILL)
+			if !req.NoHup {
+				killGroup(st.pid, syscall.SIGKILL)
+			} else {
+				// Left running: the connection is let go of (output writes fail at once, and are
+				// dropped), stdin ends; a terminal stays open (closing it would hang it up).
+				_ = st.c.Close()
+				if !req.TTY && st.stdin != nil {
+					_ = st.stdin.Close()
+				}
+			}
 		}
 	}
 	close(exited)

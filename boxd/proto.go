@@ -137,6 +137,9 @@ type ExecRequest struct {
 	Detach bool   `json:"detach"`
 	// TimeoutMs > 0: the process and its group are killed then, and the exit says timedOut.
 	TimeoutMs int64 `json:"timeoutMs"`
+	// NoHup (1.3.0 on): when the node goes away, the process is left running instead of killed;
+	// its output is read and dropped from then on, a pipe stdin gets EOF, a terminal stays open.
+	NoHup bool `json:"noHup,omitempty"`
 }
 
 type ShutdownRequest struct {

@@ -81,6 +81,7 @@ export const execSessionSchema = Joi.object({
   tty: Joi.boolean(),
   cols: Joi.number().integer().min(1).max(65535),
   rows: Joi.number().integer().min(1).max(65535),
+  noHup: Joi.boolean(),
 });
 
 /** A file read's stat travels beside its bytes in this header: base64url of its JSON. */

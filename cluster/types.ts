@@ -37,6 +37,8 @@ export interface ExecSessionRequest {
   tty?: boolean;
   cols?: number;
   rows?: number;
+  /** The process outlives the session: closing it lets go of the process instead of ending it. */
+  noHup?: boolean;
 }
 
 /** A process whose streams flow both ways while it runs. */
@@ -49,6 +51,9 @@ export interface ExecSession {
   signal(sig: NodeJS.Signals): void;
   /** Ends the process (and its group) if it still runs. */
   close(): void;
+  /** The peer hung up: a `noHup` session lets go of its process (it runs on); any other ends it
+   *  as close() does. */
+  release(): void;
   /** Its exit code once it ended and its output is drained; rejects when the session failed. */
   exited: Promise<{ exitCode: number }>;
 }

@@ -22,8 +22,12 @@ const rawSocket = (ws: WebSocket) => (ws as unknown as { _socket?: { pause(): vo
  * what the api does for its client, and a node agent for the api. Back-pressure both ways: the
  * process's output pauses while more than HIGH_WATER bytes wait for the peer, and the socket
  * stops being read while the process does not take its stdin. The peer closing ends the
- * process; the process ending sends its status and closes.
+ * process (a no_hup session lets go of it instead); the process ending sends its status and closes.
  */
+/** The close code by which the api asks a node agent to end a relayed session's process (any
+ *  other close is a hang-up, which a no_hup session outlives). */
+export const KILL_CLOSE_CODE = 4001;
+
 export function bridgeSession(ws: WebSocket, session: ExecSession): void {
   let pending = 0;
   let closed = false;
@@ -82,11 +86,14 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
     if (session.stdin.writableLength > HARD_LIMIT) ws.close(1008, 'stdin not taken');
   }, 250);
   const ping = keepAlive(ws);
-  ws.on('close', () => {
+  // The peer hanging up lets go of a no_hup process; the api's relay of a session that must end
+  // (its client never completed the upgrade) says so with KILL_CLOSE_CODE.
+  ws.on('close', (code: number) => {
     closed = true;
     clearInterval(overflow);
     clearInterval(ping);
-    session.close();
+    if (code === KILL_CLOSE_CODE) session.close();
+    else session.release();
   });
   ws.on('error', () => undefined);
   // The socket may be paused for a stdin the process never drained (it exited first): read again,
@@ -171,6 +178,9 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
     resize: (cols, rows) => send(wsFrame(Channel.resize, { cols, rows })),
     signal: (sig) => send(wsFrame(Channel.signal, { signal: sig })),
     close: () => {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(KILL_CLOSE_CODE, 'end the process');
+    },
+    release: () => {
       if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(1000);
     },
     exited,

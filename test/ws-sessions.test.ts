@@ -70,6 +70,9 @@ t.test('WebSocket exec and console', async (t) => {
   const auth = { authorization: `Bearer ${host.adminToken}` };
   const execUrl = (cmd: string[], extra = '') => `${base}${P}/w/exec/ws?${cmd.map((c) => `command=${encodeURIComponent(c)}`).join('&')}${extra}`;
   const sh = async (script: string) => (await host.call('POST', `${P}/w/exec`, { body: { command: ['sh', '-c', script] } })).body;
+  // A ticket left unused until it expires (the last subtest tries it, once 30 s have passed).
+  const stale = await host.call('POST', '/v1/tickets', { body: {} });
+  const staleAt = Date.now();
 
   t.test('stdin in, stdout and stderr apart, EOF, the exit code on the status channel', async (t) => {
     const s = await open(execUrl(['sh', '-c', 'cat; echo to-stderr >&2; exit 3']), auth);
@@ -110,6 +113,29 @@ t.test('WebSocket exec and console', async (t) => {
       left = (await sh('ps -o args | grep -c "^sleep 4242" || true')).stdout;
     }
     t.equal(left, '0\n', 'closing the socket ended the process');
+  });
+
+  t.test('no_hup: the process outlives its socket, its output dropped without holding it', async (t) => {
+    // Each writes far more than a pipe holds after its socket is gone, then leaves a mark: a
+    // process whose output nobody reads any more would stop at its first full pipe.
+    const script = (mark: string) => `sleep 1; seq 1 300000; seq 1 300000 >&2; echo done > /tmp/${mark}`;
+    const kept = await open(execUrl(['sh', '-c', script('nohup-pipes')], '&no_hup=1'), auth);
+    const keptTty = await open(execUrl(['sh', '-c', script('nohup-tty')], '&no_hup=1&tty=1'), auth);
+    const control = await open(execUrl(['sh', '-c', script('hup-pipes')]), auth);
+    await sleep(300);
+    for (const s of [kept, keptTty, control]) s.ws.close();
+    const marks = async () => (await sh('cat /tmp/nohup-pipes /tmp/nohup-tty /tmp/hup-pipes 2>/dev/null | wc -l')).stdout.trim();
+    let n = await marks();
+    for (let i = 0; i < 150 && n !== '2'; i++) {
+      await sleep(100);
+      n = await marks();
+    }
+    t.equal((await sh('cat /tmp/nohup-pipes')).stdout, 'done\n', 'with no_hup (pipes) the process ran to its end');
+    t.equal((await sh('cat /tmp/nohup-tty')).stdout, 'done\n', 'with no_hup on a terminal too');
+    await sleep(1000); // the control, had it survived, would be done by now too
+    t.equal((await sh('test -e /tmp/hup-pipes && echo left || echo none')).stdout, 'none\n', 'control: without no_hup closing the socket ended it');
+    const bad = await connect(execUrl(['true'], '&no_hup=maybe'), auth);
+    t.equal('refused' in bad && bad.refused, 400, 'no_hup is a boolean');
   });
 
   t.test('the console: a login shell on a terminal', async (t) => {
@@ -185,6 +211,32 @@ t.test('WebSocket exec and console', async (t) => {
     t.equal(out, 'through the agent\n');
     const bad = await node.execSession(box.id, { command: ['true'], cwd: '/nonexistent' }).catch((e) => e);
     t.equal(bad.code, 'invalid_argument', 'a refusal comes back as the contract error');
+
+    // no_hup through the agent: a hang-up (release) lets go of the process, close() ends it
+    // (what the api does to a session whose client never completed its upgrade).
+    await sh('rm -f /tmp/relay-kept /tmp/relay-killed');
+    const kept = await node.execSession(box.id, { command: ['sh', '-c', 'sleep 1; echo done > /tmp/relay-kept'], noHup: true });
+    const killed = await node.execSession(box.id, { command: ['sh', '-c', 'sleep 1; echo done > /tmp/relay-killed'], noHup: true });
+    kept.release();
+    killed.close();
+    let seen = '';
+    for (let i = 0; i < 50 && seen !== 'done\n'; i++) {
+      await sleep(100);
+      seen = (await sh('cat /tmp/relay-kept 2>/dev/null')).stdout;
+    }
+    t.equal(seen, 'done\n', 'released: the process ran to its end');
+    await sleep(500);
+    t.equal((await sh('test -e /tmp/relay-killed && echo left || echo none')).stdout, 'none\n', 'closed: the process was ended, no_hup or not');
+  });
+
+  t.test('an expired ticket: 401 before any upgrade', async (t) => {
+    t.equal(stale.status, 201);
+    const left = staleAt + 30_500 - Date.now();
+    t.comment(`waiting ${Math.max(0, left)} ms for the ticket to expire`);
+    if (left > 0) await new Promise((r) => setTimeout(r, left));
+    const r = await connect(execUrl(['true'], `&ticket=${stale.body.ticket}`));
+    t.equal('refused' in r && r.refused, 401, 'a ticket 30 s old no longer opens a session');
+    t.equal('refused' in r && r.body.error.code, 'unauthenticated');
   });
 
   t.test('a stopped box: 409 before any upgrade', async (t) => {

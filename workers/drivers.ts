@@ -251,7 +251,15 @@ export interface ExecStreamOptions {
   stdin?: boolean;
   /** Aborting it kills the process and its group (its caller went away): exit 137. */
   signal?: AbortSignal;
+  /** With `signal`: aborting it with the reason EXEC_LET_GO lets go of the process instead of
+   *  killing it (it runs on, its output dropped; a pipe stdin ends, a terminal stays open), and
+   *  `exited` answers exit code -1; any other abort still kills. boxd only (1.3.0 on): a box
+   *  whose agent predates it is told to restart (BoxNeedsRestartError). */
+  noHup?: boolean;
 }
+
+/** The abort reason that lets go of a `noHup` process (ExecStreamOptions) rather than kill it. */
+export const EXEC_LET_GO = 'boxhost:let-go';
 
 /**
  * A process running in a box, its streams flowing as it runs: what HTTP exec collects now and

@@ -31,6 +31,8 @@ const execQuery = Joi.object({
   env: Joi.array().items(Joi.string().pattern(/^[A-Za-z_][A-Za-z0-9_]*=/)).single(),
   cols: size,
   rows: size,
+  // The process outlives the socket: closing it lets go of the process instead of ending it.
+  no_hup: bool.default(false),
   ticket: Joi.string(),
 });
 const consoleQuery = Joi.object({ user: execQuery.extract('user'), cols: size, rows: size, ticket: Joi.string() });
@@ -58,9 +60,9 @@ export async function prepareSession(api: ApiContext, req: http.IncomingMessage,
   validate(Joi.object({ project: Joi.string().pattern(NAME_PATTERN), name: Joi.string().pattern(NAME_PATTERN) }), { project, name }, 'path');
   let request: ExecSessionRequest;
   if (kind === 'exec') {
-    const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number };
+    const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number; no_hup: boolean };
     const env = Object.fromEntries((q.env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
-    request = { command: q.command, tty: q.tty, cwd: q.cwd, user: q.user, env, cols: q.cols, rows: q.rows };
+    request = { command: q.command, tty: q.tty, cwd: q.cwd, user: q.user, env, cols: q.cols, rows: q.rows, ...(q.no_hup ? { noHup: true } : {}) };
   } else {
     const q = validate(consoleQuery, queryOf(req.url ?? '/'), 'query') as { user?: string; cols?: number; rows?: number };
     request = { command: CONSOLE_COMMAND, tty: true, user: q.user, cols: q.cols ?? 80, rows: q.rows ?? 24 };

@@ -37,7 +37,7 @@ function registerExec(program: Command): void {
     .option('-i, --interactive', 'attach: stream stdin to the command and its output back as it runs (WebSocket)')
     .option('-t, --tty', 'allocate a pseudo-terminal (with -i: this terminal, raw, resized with the window)')
     .option('--shell', 'run the command words joined by spaces under /bin/sh -c')
-    .option('--no-hup', 'start the command detached and return at once with its pid')
+    .option('--no-hup', 'start the command detached and return at once with its pid (with -i: it keeps running when box exits or the connection drops)')
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300)', int(1))
     .addHelpText('after', '\nThe command\'s stdout and stderr are printed as they are, and box exits with its exit code.\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh')
     .action(
@@ -49,6 +49,7 @@ function registerExec(program: Command): void {
           if (o.cwd) q.set('cwd', o.cwd);
           if (o.user) q.set('user', o.user);
           for (const [k, v] of Object.entries(o.env ?? {})) q.append('env', `${k}=${v}`);
+          if (o.hup === false) q.set('no_hup', '1');
           if (o.tty && process.stdout.isTTY) {
             q.set('cols', String(process.stdout.columns));
             q.set('rows', String(process.stdout.rows));

@@ -12,7 +12,7 @@ import { MAX_BASE_ENTRIES, stagedFile } from '../baseSteps';
 import { StorageInUseError } from '../storage/zfs';
 import type { VolumeInfoWire, StagedImport, BoxLimits, BoxSnapshotInfo, ExecRequest, ExecResult, ExecSession, ExecSessionRequest, NodeClient, NodeServiceSpec, NodeServiceState, ServiceGate } from '../../cluster/types';
 import { settleWithin } from '../../core/timeout';
-import type { BoxFileInfo, BoxFiles, BoxServices, ExecProcess, RuntimeDriver, StorageDriver, VolumeDriver } from '../drivers';
+import { EXEC_LET_GO, type BoxFileInfo, type BoxFiles, type BoxServices, type ExecProcess, type RuntimeDriver, type StorageDriver, type VolumeDriver } from '../drivers';
 import { startService } from './localServices';
 import { BoxAgentUnavailableError, BoxFileError, BoxNeedsRestartError, BoxNotRunningError, BoxServiceError, ExecInputError } from '../errors';
 
@@ -81,7 +81,7 @@ export class LocalNode implements NodeClient {
     // Counted from before the start: sessions starting at once cannot all pass the cap.
     this.runningExecs++;
     try {
-      proc = await this.runtime.execStream(boxId, { command: req.command, cwd: req.cwd, env: req.env, user: req.user, tty: req.tty, stdin: true, signal: abort.signal });
+      proc = await this.runtime.execStream(boxId, { command: req.command, cwd: req.cwd, env: req.env, user: req.user, tty: req.tty, stdin: true, signal: abort.signal, noHup: req.noHup });
     } catch (e) {
       this.runningExecs--;
       throw contractError(e);
@@ -101,6 +101,7 @@ export class LocalNode implements NodeClient {
       resize: (cols, rows) => void proc.resize(cols, rows).catch(() => undefined),
       signal: (sig) => proc.signal(sig),
       close: () => abort.abort(),
+      release: () => abort.abort(req.noHup ? EXEC_LET_GO : undefined),
       exited,
     };
   }

@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { run } from '../../core/command';
 import type { ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap } from '../drivers';
-import { ExecInputError } from '../errors';
+import { BoxNeedsRestartError, ExecInputError } from '../errors';
 import { resolveUser, ResolvedUser } from './accounts';
 import { CWD_FAILED_CODE, CWD_FAILED_MARK, superviseExec } from './execProcess';
 import { BOX_BUSYBOX, boxRlimits, DEFAULT_CAPABILITIES, processEnv, validateEnvironment } from './ociSpec';
@@ -242,11 +242,25 @@ export class RuncExec {
       detach: mode === 'detach',
       timeoutMs: p.opts.timeoutMs ?? 0,
       user: p.userSpec,
+      ...(p.opts.noHup ? { noHup: true } : {}),
     };
+  }
+
+  private async agentAtLeast(boxId: string, agent: BoxdClient, major: number, minor: number): Promise<boolean> {
+    try {
+      return await agent.atLeast(major, minor);
+    } catch (e) {
+      throw await this.ctx.explain(boxId, e);
+    }
   }
 
   private async start(boxId: string, opts: ExecStreamOptions, mode: ExecMode, signal?: AbortSignal): Promise<ExecProcess> {
     const agent = await this.ctx.agent(boxId);
+    if (opts.noHup) {
+      // Only boxd lets go of a process (1.3.0 on): asked first, before any work for the call.
+      if (!agent) throw new BoxNeedsRestartError('the box was started before its agent (boxd) existed: stop and resume it to use no_hup sessions');
+      if (!(await this.agentAtLeast(boxId, agent, 1, 3))) throw new BoxNeedsRestartError("the box's agent predates sessions that outlive their socket (no_hup): stop and resume the box to use them");
+    }
     const p = await this.prepare(boxId, opts, agent);
     if (agent) {
       const proc = agent.exec(this.boxdRequest(p, mode), signal);

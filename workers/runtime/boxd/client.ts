@@ -1,7 +1,7 @@
 import net from 'node:net';
 import os from 'node:os';
 import { Readable, Writable } from 'node:stream';
-import type { ExecProcess } from '../../drivers';
+import { EXEC_LET_GO, type ExecProcess } from '../../drivers';
 import { BoxAgentUnavailableError, BoxFileError, BoxServiceError, ExecInputError } from '../../errors';
 import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField, writeFrame } from './protocol';
 
@@ -331,6 +331,12 @@ export class BoxdClient {
 
     let abortTimer: NodeJS.Timeout | undefined;
     const onAbort = () => {
+      if (req.noHup && signal?.reason === EXEC_LET_GO) {
+        // Let go: boxd leaves the process running once the connection is gone.
+        end();
+        settle.resolve({ exitCode: -1, timedOut: false });
+        return;
+      }
       send(encodeFrame(Frame.signal, { signal: 9, group: true }));
       abortTimer ??= setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end an aborted process')), ABORT_GRACE_MS);
     };

@@ -216,6 +216,8 @@ export interface BoxdExecRequest {
   timeoutMs: number;
   /** A user to resolve in the box (NAME, NAME:GROUP, UID, UID:GID): replaces uid, gid, groups. */
   user?: string;
+  /** 1.3.0 on: the process outlives the connection (its output dropped from then on). */
+  noHup?: boolean;
 }
 
 /** What boxd tells of a file (paths and ids are the box's own). */
