@@ -152,7 +152,7 @@ t.test('stop: the signal, then SIGKILL after the grace; stays stopped until star
   await sleep(300);
   const t1 = Date.now();
   await s.stop('polite');
-  t.ok(Date.now() - t1 < 3000, 'the spec signal (USR1) ended it well within the grace');
+  t.ok(Date.now() - t1 < 15_000, 'the spec signal (USR1) ended it well within the 30 s grace');
   await until('the trap output', async () => (await logsOf('polite')).includes('got-usr1'));
   t.pass('the service got SIGUSR1');
   const st = await s.get('polite');

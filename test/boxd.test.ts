@@ -263,7 +263,7 @@ t.test('a box with boxd', async (t) => {
     await ex(['sh', '-c', 'trap "exit 0" TERM; while true; do sleep 0.1; done'], { detach: true });
     const t0 = Date.now();
     await runtime.stop('one', 10);
-    t.ok(Date.now() - t0 < 3000, `the box ended at once on the node's shutdown (${Date.now() - t0} ms)`);
+    t.ok(Date.now() - t0 < 8000, `the box ended on the node's shutdown, not at the end of the 10 s grace (${Date.now() - t0} ms)`);
     t.equal(await runtime.status('one'), null);
     t.notOk(fs.existsSync(runtime.boxdSocketPath('one')), 'its socket is gone');
     await t.rejects(ex(['true']), BoxNotRunningError);

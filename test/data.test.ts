@@ -59,6 +59,11 @@ t.test('data volumes on real boxes', async (t) => {
     const w = await sh('w', 'echo hello > /data/f && cat /data/f && id -u');
     t.equal(w.exit_code, 0, w.stderr);
     t.equal(w.stdout, 'hello\n0\n');
+    // The volume's mount, as the box sees it: no setuid programs, no device nodes.
+    const mi = await sh('w', "awk '$5 == \"/data\" { print $6 }' /proc/self/mountinfo");
+    t.match(mi.stdout, /^\S+\n$/, `one mount at /data (${JSON.stringify(mi.stdout)})`);
+    t.match(mi.stdout, /(^|,)nosuid(,|$)/m, 'mounted nosuid');
+    t.match(mi.stdout, /(^|,)nodev(,|$)/m, 'and nodev');
     const v = (await call('GET', '/v1/data/vol-a')).body;
     t.same(v.attachments, [{ project: 'vol', box: 'w', path: '/data', read_only: false }]);
     t.equal(v.project, 'vol', 'the volume joined the project of its first box');

@@ -11,6 +11,8 @@ import { LocalNode } from '../workers/agent/localNode';
 import { startAgent } from '../workers/agent/server';
 import { createMockDrivers } from '../workers/mockDrivers';
 import type { ContainerSpec } from '../workers/drivers';
+import type { RuncRuntime } from '../workers/runtime/runc';
+import { run } from '../core/command';
 import { startTestHost, TestHost } from './helpers/host';
 
 /**
@@ -101,15 +103,31 @@ async function download(url: string, token: string): Promise<{ status: number; b
   return { status: res.status, bytes, sha: hash.digest('hex') };
 }
 
-/** The highest RSS of this process (the api runs in it) while `f` runs, above what it was. */
-async function rssGrowth<T>(f: () => Promise<T>): Promise<{ out: T; mib: number }> {
+/** A host process's resident memory in bytes (0 once it is gone). */
+function vmRss(pid: number): number {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB$/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** The highest RSS of this process (the api runs in it) while `f` runs, above what it was; with
+ *  `agentPid`, the same for that process (the box's boxd, seen from the host). */
+async function rssGrowth<T>(f: () => Promise<T>, agentPid?: number): Promise<{ out: T; mib: number; agentMib: number }> {
   global.gc?.();
   const base = process.memoryUsage.rss();
+  const agentBase = agentPid ? vmRss(agentPid) : 0;
   let peak = base;
-  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 50);
+  let agentPeak = agentBase;
+  const timer = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage.rss());
+    if (agentPid) agentPeak = Math.max(agentPeak, vmRss(agentPid));
+  }, 50);
   try {
     const out = await f();
-    return { out, mib: (peak - base) / (1 << 20) };
+    return { out, mib: (peak - base) / (1 << 20), agentMib: (agentPeak - agentBase) / (1 << 20) };
   } finally {
     clearInterval(timer);
   }
@@ -222,14 +240,21 @@ t.test('on a real host', async (t) => {
     t.equal((await sh('small', 'cat /root/keep; ls -a /root | grep -c boxd || true')).stdout, 'old\n0\n', 'the old file as it was, no temporary left');
     t.comment(`upload of 1200 MiB until the box was full: API RSS grew ${over.mib.toFixed(0)} MiB at most`);
 
-    const up = await rssGrowth(() => upload(`${host.url}${F}?${q('/root/big')}`, host.adminToken, 1024 * 1024 * 1024));
+    // boxd, the box's PID 1, seen from the host.
+    const runtime = host.node!.ctx.runtime as RuncRuntime;
+    const fId = (await host.call('GET', `${P}/f`)).body.id as string;
+    const boxd = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(fId)])).stdout).pid as number;
+    t.ok(vmRss(boxd) > 0, `control: boxd's memory is readable from the host (pid ${boxd}, ${(vmRss(boxd) / (1 << 20)).toFixed(1)} MiB)`);
+    const up = await rssGrowth(() => upload(`${host.url}${F}?${q('/root/big')}`, host.adminToken, 1024 * 1024 * 1024), boxd);
     t.equal(up.out.status, 200, '1 GiB upload: 200');
     t.equal(up.out.body.size, 1024 * 1024 * 1024);
-    const down = await rssGrowth(() => download(`${host.url}${F}?${q('/root/big')}`, host.adminToken));
+    const down = await rssGrowth(() => download(`${host.url}${F}?${q('/root/big')}`, host.adminToken), boxd);
     t.equal(down.out.bytes, 1024 * 1024 * 1024, '1 GiB download: every byte');
     t.equal(down.out.sha, up.out.sha, 'the same bytes');
     t.comment(`1 GiB: API RSS grew ${up.mib.toFixed(0)} MiB uploading, ${down.mib.toFixed(0)} MiB downloading`);
     for (const [what, mib] of [['upload', up.mib], ['download', down.mib], ['full upload', over.mib]] as const) t.ok(mib < 160, `${what}: the API's RSS stays within 160 MiB of where it was (${mib.toFixed(0)})`);
+    t.comment(`1 GiB: boxd RSS grew ${up.agentMib.toFixed(1)} MiB uploading, ${down.agentMib.toFixed(1)} MiB downloading`);
+    for (const [what, mib] of [['upload', up.agentMib], ['download', down.agentMib]] as const) t.ok(mib < 32, `${what}: boxd's RSS stays within 32 MiB of where it was (${mib.toFixed(1)})`);
   });
 
   t.test('a stopped box: 409', async (t) => {

@@ -49,7 +49,8 @@ t.test('a project holds as many boxes on a node as its block has addresses', asy
     const before = await rowCounts(host.db);
     const t0 = Date.now();
     const sixth = await create('room', 'r5', {}, 60);
-    t.ok(Date.now() - t0 < 2000, `answered up front (${Date.now() - t0} ms), not by a job`);
+    // Generous: the row counts below are what proves no job ran; this says it did not wait on one.
+    t.ok(Date.now() - t0 < 10_000, `answered up front (${Date.now() - t0} ms), not by a job`);
     t.equal(sixth.status, 409);
     t.same(sixth.body, { error: { code: 'conflict', message, details: [] } });
     const fork = await create('room', 'r0-fork', { fork: 'r0' });

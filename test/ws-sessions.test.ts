@@ -138,6 +138,44 @@ t.test('WebSocket exec and console', async (t) => {
     t.equal('refused' in bad && bad.refused, 400, 'no_hup is a boolean');
   });
 
+  t.test('back-pressure: a box that floods a slow client holds the API to a bounded buffer and loses no byte', async (t) => {
+    const total = 256 * 1024 * 1024;
+    const ws = new WebSocket(execUrl(['sh', '-c', `head -c ${total} /dev/zero; echo END`]), WS_SUBPROTOCOL, { headers: auth });
+    let bytes = 0;
+    let tail = Buffer.alloc(0);
+    let exitCode: unknown;
+    const status = new Promise<void>((resolve) =>
+      ws.on('message', (d: Buffer) => {
+        if (d[0] === Channel.stdout) {
+          bytes += d.length - 1;
+          tail = Buffer.concat([tail, d.subarray(1)]).subarray(-8);
+        } else if (d[0] === Channel.status) {
+          exitCode = JSON.parse(d.subarray(1).toString()).exit_code;
+          resolve();
+        }
+      }),
+    );
+    await new Promise((r) => ws.once('open', r));
+    // The client stops reading (its socket paused) for 3 s while the box writes 256 MiB.
+    const sock = (ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
+    sock.pause();
+    global.gc?.();
+    const base = process.memoryUsage.rss();
+    let peak = base;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 50);
+    await sleep(3000);
+    clearInterval(sampler);
+    const heldMib = (peak - base) / (1 << 20);
+    t.equal(exitCode, undefined, 'the process is held back while its reader does not read');
+    t.ok(heldMib < 96, `the API's RSS grew ${heldMib.toFixed(0)} MiB while 256 MiB waited in the box (bound 96)`);
+    sock.resume();
+    await status;
+    t.equal(exitCode, 0, 'read again: the process ran to its end');
+    t.equal(bytes, total + 4, 'every byte arrived (256 MiB and the end mark)');
+    t.equal(tail.subarray(-4).toString(), 'END\n', 'in order, the end mark last');
+    ws.close();
+  });
+
   t.test('the console: a login shell on a terminal', async (t) => {
     const c = await open(`${base}${P}/w/console?cols=100&rows=30`, auth);
     await c.waitFor(/[#$] $/);

@@ -102,6 +102,7 @@ export class BoxSteps implements BoxHost {
       await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
       await this.d.storage.prepareBoxRoot(box.id, idMap);
       await this.d.runtime.start(spec);
+      crashPoint('start:container'); // the network may be half wired beside it
     })();
     const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net, { loopbackUp })]);
     if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
