@@ -130,5 +130,18 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
     t.ok(await waitPane(/console-3/));
     await tmux(['send-keys', 'C-d']);
     t.equal(await waitCode(), 'EXIT=0', '^D ends it: exit 0');
+
+    // A long copy shows its progress on a terminal (the pane is its stderr), both ways.
+    const big = path.join(work, 'progress.bin');
+    fs.writeFileSync(big, '');
+    fs.truncateSync(big, 300e6);
+    await start(`cp ${big} web:/tmp/progress.bin`);
+    t.equal(await waitCode(), 'EXIT=0', 'box cp up on a terminal: exit 0');
+    t.match(await pane(), /progress\.bin → web:\/tmp\/progress\.bin: 300\.0 MB of 300\.0 MB 100%, [\d.]+ MB\/s/, 'its progress: bytes of the total, percent, speed');
+    await start(`cp web:/tmp/progress.bin ${path.join(work, 'progress-back.bin')}`);
+    t.equal(await waitCode(), 'EXIT=0', 'box cp down on a terminal: exit 0');
+    t.match(await pane(), /web:\/tmp\/progress\.bin → .*progress-back\.bin: 300\.0 MB of 300\.0 MB 100%, [\d.]+ MB\/s/, 'and down');
+    t.equal(fs.statSync(path.join(work, 'progress-back.bin')).size, 300e6);
+    await box(['files', 'rm', 'web', '/tmp/progress.bin'], env);
   });
 });
