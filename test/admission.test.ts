@@ -86,6 +86,17 @@ t.test('admission and quotas', async (t) => {
     t.equal(grown.status, 429, 'an update past the ram quota');
     t.same(await counts(), before, 'nothing made');
     t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { ram_mb: null, storage_gb: null } } })).status, 200);
+    // The volumes quota: a volume with no project joins the project of the box made with it.
+    t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { volumes: 0 } } })).status, 200);
+    t.equal((await host.call('POST', '/v1/data', { body: { name: 'qvol', size_gb: 1 } })).status, 201);
+    const beforeVol = await counts();
+    const withVol = await host.call('POST', `${P}/quota/boxes`, { body: { name: 'withvol', config: { ram_mb: 64, storage_gb: 1 }, data_mounts: [{ name: 'qvol', path: '/data' }] } });
+    t.equal(withVol.status, 429, 'a box bringing a volume past the volumes quota');
+    t.same(withVol.body.error.details, [{ field: 'quota.volumes', issue: "over the project's quota of 0" }]);
+    t.same(await counts(), beforeVol, 'nothing made');
+    t.equal((await host.call('GET', '/v1/data/qvol')).body.project, null, 'the volume joined no project');
+    t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { volumes: null } } })).status, 200);
+    t.ok([202, 204].includes((await host.call('DELETE', '/v1/data/qvol')).status), 'the volume deleted');
     t.equal((await host.call('PUT', `${P}/quota`, { body: { quotas: { boxes: null } } })).body.quotas.boxes, 1000, 'null: back to the default');
     t.equal((await host.call('POST', `${P}/quota/boxes?wait=60`, { body: { name: 'two', config: { ram_mb: 128, storage_gb: 1 } } })).status, 200);
     const tok = (await host.call('POST', '/v1/tokens', { body: { name: 'q', projects: ['quota'] } })).body.token;

@@ -150,6 +150,8 @@ export class ZfsStorage implements StorageDriver {
   private readonly log: DriverLogger;
   private readonly zfsBin = binary('zfs');
   private readonly zpoolBin = binary('zpool');
+  /** The create of each box root under way in this process (createBoxRoot: attempts take turns). */
+  private readonly creatingRoots = new Map<string, Promise<string>>();
   /** Shifted base copies known to be complete: a box create then costs one `zfs clone`. */
   private readonly shiftedMade = new Set<string>();
   private readonly daemon: ZfsFuseDaemon;
@@ -508,6 +510,24 @@ export class ZfsStorage implements StorageDriver {
    * setuid=off and devices=off; `prepareBoxRoot` makes its mount honour them before a start.
    */
   async createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
+    // Attempts for one root in this process take turns: a later one finds what the earlier made.
+    // Side by side, zfs-fuse's mounts of the same new dataset collided (4 at once from one driver:
+    // 12 rounds of 40 failed, "directory is not empty", "failed to create mountpoint" or "busy";
+    // 0 of 40 so, and 0 of 40 from 4 drivers, which the retry in ensureMounted covers).
+    const before = this.creatingRoots.get(boxId);
+    const mine = (async () => {
+      await before?.catch(noop);
+      return this.createBoxRootNow(boxId, source, storageGb, idMap);
+    })();
+    this.creatingRoots.set(boxId, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.creatingRoots.get(boxId) === mine) this.creatingRoots.delete(boxId);
+    }
+  }
+
+  private async createBoxRootNow(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
     const ds = this.boxDataset(boxId);
     if (storageGb !== undefined && !(Number.isFinite(storageGb) && storageGb > 0)) throw new Error(`invalid storage size ${storageGb} GB`);
 
@@ -561,8 +581,12 @@ export class ZfsStorage implements StorageDriver {
     args.push(origin, ds);
     const r = await this.zfs(args, true);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
-    // "successfully created, but not mounted": the clone is there, only the mount failed.
-    if (r.exitCode === 0 || isExists(r.stderr) || /successfully created/i.test(r.stderr)) {
+    // "successfully created, but not mounted": the clone is there, only the mount failed;
+    // "cannot mount …" with the clone there: the clone was made and its mount met another's (an
+    // attempt in another process, or one this process started before: zfs-fuse then answers
+    // "busy", "directory is not empty" or "failed to create mountpoint"); mounted again below.
+    const raced = r.exitCode !== 0 && /cannot mount/i.test(r.stderr) && (await this.exists(ds));
+    if (r.exitCode === 0 || isExists(r.stderr) || /successfully created/i.test(r.stderr) || raced) {
       if (r.exitCode !== 0) await this.ensureMounted(ds);
       // Made nosuid,nodev now, beside the box's namespaces, rather than on its start's path.
       await this.mountPrivately(this.boxRootPath(boxId));
@@ -1051,11 +1075,18 @@ export class ZfsStorage implements StorageDriver {
    *  `zfs mount` runs, another answers "mountpoint or dataset is busy", so a busy answer waits
    *  and looks again rather than failing a create whose root is in fact being mounted. */
   private async ensureMounted(ds: string): Promise<void> {
-    await this.retryBusy(`zfs mount ${ds}`, async () => {
-      if ((await this.prop(ds, 'mounted')) === 'yes') return null;
-      const r = await this.zfs(['mount', ds], true);
-      return r.exitCode === 0 || /already mounted/i.test(r.stderr) ? null : r;
-    });
+    // A mount racing another of the same dataset (another process's create) fails with "directory
+    // is not empty" or "failed to create mountpoint" until that one is done: tried again, and
+    // `mounted` looked at first each time.
+    await this.retryBusy(
+      `zfs mount ${ds}`,
+      async () => {
+        if ((await this.prop(ds, 'mounted')) === 'yes') return null;
+        const r = await this.zfs(['mount', ds], true);
+        return r.exitCode === 0 || /already mounted/i.test(r.stderr) ? null : r;
+      },
+      (stderr) => /directory is not empty|failed to create mountpoint/i.test(stderr),
+    );
   }
 
   /** Snapshots of one dataset, oldest first. */
@@ -1151,11 +1182,11 @@ export class ZfsStorage implements StorageDriver {
   }
 
   /** Calls `attempt` until it answers null (done); retries only "busy" failures. */
-  private async retryBusy(what: string, attempt: () => Promise<RunResult | null>): Promise<void> {
+  private async retryBusy(what: string, attempt: () => Promise<RunResult | null>, alsoTransient: (stderr: string) => boolean = () => false): Promise<void> {
     for (let i = 1; ; i++) {
       const r = await attempt();
       if (r === null) return;
-      if (!isBusy(r.stderr) || i >= BUSY_TRIES) throw new Error(`${what} failed: ${r.stderr.trim() || r.stdout.trim()}`);
+      if (!(isBusy(r.stderr) || alsoTransient(r.stderr)) || i >= BUSY_TRIES) throw new Error(`${what} failed: ${r.stderr.trim() || r.stdout.trim()}`);
       await sleep(Math.min(25 * 2 ** (i - 1), 1000));
     }
   }
