@@ -48,16 +48,19 @@ t.test('the agent watchdog restarts a box whose boxd is wedged or gone', async (
   // Out of reach for a moment (its socket moved aside on the host, for less than the watchdog's
   // three misses): the API answers 503 with Retry-After and the contract's body, with no host
   // path in it; put back, the same boxd serves again, and nothing was restarted.
+  // Each call in a window of its own, as short as the call (a missing socket is refused at once),
+  // so the watchdog sees at most one miss in a row.
   const sock = runtime.boxdSocketPath(box.id);
-  fs.renameSync(sock, `${sock}.away`);
-  let away: Awaited<ReturnType<typeof exec>>;
-  let awayFile: Awaited<ReturnType<typeof exec>>;
-  try {
-    away = await exec(['true']);
-    awayFile = await host.call('GET', `${P}/w/files?path=/etc/hostname`);
-  } finally {
-    fs.renameSync(`${sock}.away`, sock);
-  }
+  const whileAway = async <T>(call: () => Promise<T>): Promise<T> => {
+    fs.renameSync(sock, `${sock}.away`);
+    try {
+      return await call();
+    } finally {
+      fs.renameSync(`${sock}.away`, sock);
+    }
+  };
+  const away = await whileAway(() => exec(['true']));
+  const awayFile = await whileAway(() => host.call('GET', `${P}/w/files?path=/etc/hostname`));
   for (const [what, r] of [['exec', away], ['a file read', awayFile]] as const) {
     t.equal(r.status, 503, `${what} while boxd is out of reach: 503`);
     t.equal(r.headers.get('retry-after'), '5', `${what}: with Retry-After`);

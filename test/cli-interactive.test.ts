@@ -108,8 +108,8 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
       t.comment(await pane());
       return false;
     };
-    const waitCode = async () => {
-      for (let i = 0; i < 100 && !fs.existsSync(codeFile); i++) await sleep(100);
+    const waitCode = async (seconds = 10) => {
+      for (let i = 0; i < seconds * 10 && !fs.existsSync(codeFile); i++) await sleep(100);
       return fs.existsSync(codeFile) ? fs.readFileSync(codeFile, 'utf8').trim() : 'none';
     };
 
@@ -134,14 +134,16 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
     // A long copy shows its progress on a terminal (the pane is its stderr), both ways.
     const big = path.join(work, 'progress.bin');
     fs.writeFileSync(big, '');
-    fs.truncateSync(big, 300e6);
+    // 600 MB: long enough (over 500 ms) for the final line with its 100% to be drawn.
+    fs.truncateSync(big, 600e6);
     await start(`cp ${big} web:/tmp/progress.bin`);
-    t.equal(await waitCode(), 'EXIT=0', 'box cp up on a terminal: exit 0');
-    t.match(await pane(), /progress\.bin → web:\/tmp\/progress\.bin: 300\.0 MB of 300\.0 MB 100%, [\d.]+ MB\/s/, 'its progress: bytes of the total, percent, speed');
+    t.equal(await waitCode(90), 'EXIT=0', 'box cp up on a terminal: exit 0');
+    t.match(await pane(), /progress\.bin → web:\/tmp\/progress\.bin: 600\.0 MB of 600\.0 MB 100%, [\d.]+ MB\/s/, 'its progress: bytes of the total, percent, speed');
     await start(`cp web:/tmp/progress.bin ${path.join(work, 'progress-back.bin')}`);
-    t.equal(await waitCode(), 'EXIT=0', 'box cp down on a terminal: exit 0');
-    t.match(await pane(), /web:\/tmp\/progress\.bin → .*progress-back\.bin: 300\.0 MB of 300\.0 MB 100%, [\d.]+ MB\/s/, 'and down');
-    t.equal(fs.statSync(path.join(work, 'progress-back.bin')).size, 300e6);
+    t.equal(await waitCode(90), 'EXIT=0', 'box cp down on a terminal: exit 0');
+    t.match(await pane(), /web:\/tmp\/progress\.bin → .*progress-back\.bin: 600\.0 MB of 600\.0 MB 100%, [\d.]+ MB\/s/, 'and down');
+    t.equal(fs.statSync(path.join(work, 'progress-back.bin')).size, 600e6);
+    fs.rmSync(path.join(work, 'progress-back.bin'));
     await box(['files', 'rm', 'web', '/tmp/progress.bin'], env);
   });
 });
