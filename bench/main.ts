@@ -55,9 +55,6 @@ import { backupSection } from './sections/backup';
 
 const knobs = readKnobs();
 
-/** Ends the sections after create when BENCH_CREATE_ONLY=1. */
-class CreateOnly extends Error {}
-
 const progress = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 
 async function main(): Promise<number> {
@@ -128,23 +125,22 @@ async function main(): Promise<number> {
       // 1. create → running; its first box is the exec, interactive and proxy figures' box,
       // its second the empty box the fork and snapshot figures compare with.
       const { creates, raw } = await createSection(ctx);
-      if (knobs.createOnly) throw new CreateOnly();
-      const target = creates[0];
-      // 2. exec; 2b. interactive: WebSocket exec, files; 2c. the publish proxy, a deploy under load
-      await execSection(ctx, target, raw);
-      await interactiveSection(ctx, target);
-      await proxySection(ctx, target);
-      if (knobs.deploySecs > 0) await deploySection(ctx);
-      // 3. fork: 1 GiB vs empty; 3b. snapshot: 1 GiB vs empty; 3c. data volume backup vs zfs send
-      const empty = creates[1];
-      await forkSection(ctx, empty);
-      await snapshotSection(ctx, empty);
-      if (knobs.backupRuns > 0) await backupSection(ctx);
+      if (!knobs.createOnly) {
+        const target = creates[0];
+        // 2. exec; 2b. interactive: WebSocket exec, files; 2c. the publish proxy, a deploy under load
+        await execSection(ctx, target, raw);
+        await interactiveSection(ctx, target);
+        await proxySection(ctx, target);
+        if (knobs.deploySecs > 0) await deploySection(ctx);
+        // 3. fork: 1 GiB vs empty; 3b. snapshot: 1 GiB vs empty; 3c. data volume backup vs zfs send
+        const empty = creates[1];
+        await forkSection(ctx, empty);
+        await snapshotSection(ctx, empty);
+        if (knobs.backupRuns > 0) await backupSection(ctx);
+      }
     }
   } catch (e) {
-    if (!(e instanceof CreateOnly)) error = e as Error;
-  }
-  if (error) {
+    error = e as Error;
     progress(interrupted ? 'interrupted' : `bench failed: ${error.stack ?? error.message}`);
   }
 

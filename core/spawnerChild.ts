@@ -23,22 +23,10 @@ function start(req: SpawnRequest): void {
     answer({ id: req.id, error: errorOf(e as NodeJS.ErrnoException) });
     return;
   }
-  if (req.noStdio) {
-    const deadline = req.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), req.timeoutMs) : undefined;
-    child.on('error', (e: NodeJS.ErrnoException) => {
-      if (deadline) clearTimeout(deadline);
-      answer({ id: req.id, error: errorOf(e) });
-    });
-    child.on('exit', (code) => {
-      if (deadline) clearTimeout(deadline);
-      answer({ id: req.id, exitCode: code, stdout: new Uint8Array(0), stderr: new Uint8Array(0) });
-    });
-    return;
-  }
   const out: Buffer[] = [];
   const err: Buffer[] = [];
-  child.stdout!.on('data', (b: Buffer) => out.push(b));
-  child.stderr!.on('data', (b: Buffer) => err.push(b));
+  child.stdout?.on('data', (b: Buffer) => out.push(b));
+  child.stderr?.on('data', (b: Buffer) => err.push(b));
   const timer = req.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), req.timeoutMs) : undefined;
   let failed = false;
   child.on('error', (e: NodeJS.ErrnoException) => {
@@ -46,7 +34,9 @@ function start(req: SpawnRequest): void {
     failed = true;
     answer({ id: req.id, error: errorOf(e) });
   });
-  child.on('close', (code) => {
+  // With pipes, answered once they close (all the output read); without stdio, at exit: what
+  // the command started may live on (`runc run --detach`).
+  child.on(req.noStdio ? 'exit' : 'close', (code: number | null) => {
     if (timer) clearTimeout(timer);
     if (failed) return;
     // Bytes, decoded by the node: a large output never sits in this process's small heap as text.

@@ -101,7 +101,8 @@ export class LocalNode implements NodeClient {
       resize: (cols, rows) => void proc.resize(cols, rows).catch(() => undefined),
       signal: (sig) => proc.signal(sig),
       close: () => abort.abort(),
-      release: () => abort.abort(req.noHup ? EXEC_LET_GO : undefined),
+      // The runtime lets go only of a process started with noHup; any other is ended.
+      release: () => abort.abort(EXEC_LET_GO),
       exited,
     };
   }

@@ -164,12 +164,7 @@ export class RuncExec {
     const agent = await this.ctx.agent(boxId);
     if (agent) {
       const req = await this.prepare(boxId, { command, cwd, env, user }, agent);
-      let pid: number;
-      try {
-        pid = await agent.execDetached(this.boxdRequest(req, 'detach'));
-      } catch (e) {
-        throw await this.ctx.explain(boxId, e);
-      }
+      const pid = await this.explained(boxId, agent.execDetached(this.boxdRequest(req, 'detach')));
       return { exitCode: -1, stdout: '', stderr: '', pid, detached: true, truncated: false };
     }
     const res = await collect(await this.start(boxId, { command, cwd, env, user, timeoutMs: 30_000 }, 'detach'));
@@ -205,14 +200,7 @@ export class RuncExec {
     const named = opts.user !== undefined && opts.user !== '';
     const idMap = await this.ctx.idMap(boxId);
     // boxd (1.1.0 on) resolves a user in the box itself and checks it against the box's id range.
-    let resolves = false;
-    if (agent && named) {
-      try {
-        resolves = await agent.resolvesUsers();
-      } catch (e) {
-        throw await this.ctx.explain(boxId, e);
-      }
-    }
+    const resolves = agent && named ? await this.explained(boxId, agent.resolvesUsers()) : false;
     if (agent && (!named || resolves)) {
       return { opts, cwd, env, user: { uid: 0, gid: 0, groups: [] }, idMap, userSpec: named ? opts.user : undefined };
     }
@@ -246,9 +234,10 @@ export class RuncExec {
     };
   }
 
-  private async agentAtLeast(boxId: string, agent: BoxdClient, major: number, minor: number): Promise<boolean> {
+  /** `p`, its failure explained (a box that stopped meanwhile is not running, not an agent down). */
+  private async explained<T>(boxId: string, p: Promise<T>): Promise<T> {
     try {
-      return await agent.atLeast(major, minor);
+      return await p;
     } catch (e) {
       throw await this.ctx.explain(boxId, e);
     }
@@ -259,14 +248,12 @@ export class RuncExec {
     if (opts.noHup) {
       // Only boxd lets go of a process (1.3.0 on): asked first, before any work for the call.
       if (!agent) throw new BoxNeedsRestartError('the box was started before its agent (boxd) existed: stop and resume it to use no_hup sessions');
-      if (!(await this.agentAtLeast(boxId, agent, 1, 3))) throw new BoxNeedsRestartError("the box's agent predates sessions that outlive their socket (no_hup): stop and resume the box to use them");
+      if (!(await this.explained(boxId, agent.atLeast(1, 3)))) throw new BoxNeedsRestartError("the box's agent predates sessions that outlive their socket (no_hup): stop and resume the box to use them");
     }
     const p = await this.prepare(boxId, opts, agent);
     if (agent) {
       const proc = agent.exec(this.boxdRequest(p, mode), signal);
-      const exited = proc.exited.catch(async (e) => {
-        throw await this.ctx.explain(boxId, e);
-      });
+      const exited = this.explained(boxId, proc.exited);
       exited.catch(() => undefined);
       return { ...proc, exited };
     }
