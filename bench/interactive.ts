@@ -59,14 +59,15 @@ export async function benchInteractive(opts: { api: Api; project: string; box: s
     s.wsFirstByte.push(await wsFirstByte(api, project, box));
     s.httpExec.push(await opts.execApi());
   }
-  // Random bytes (nothing for compression to take), read once so both sides start from the cache.
+  // Random bytes (nothing for compression to take).
   const src = path.join(opts.scratch, `bench-file-${crypto.randomBytes(3).toString('hex')}`);
   const block = crypto.randomBytes(1 << 20);
   const fd = fs.openSync(src, 'w');
   for (let i = 0; i < fileMb; i++) fs.writeSync(fd, block);
   fs.closeSync(fd);
   try {
-    await pipeline(fs.createReadStream(src), fs.createWriteStream('/dev/null'));
+    // An upload's source is read from the cache on both sides (read again after each settle).
+    const warm = () => pipeline(fs.createReadStream(src), fs.createWriteStream('/dev/null'));
     const files = `/v1/projects/${project}/boxes/${box}/files?path=`;
     const rawPath = path.join(rootfs, 'root', 'raw.bin');
     const cat = async (from: string, to: string) => {
@@ -75,15 +76,23 @@ export async function benchInteractive(opts: { api: Api; project: string; box: s
       if (r.code !== 0) throw new Error(`cat ${from} > ${to} failed: ${r.stderr}`);
       return nowMs() - t0;
     };
-    // Reads start from the same place on both sides: the kernel's page cache dropped (the
-    // storage's own cache, zfs-fuse's ARC, stays for both), else raw cat reads memory.
-    const dropCaches = () => fs.promises.writeFile('/proc/sys/vm/drop_caches', '3').catch(() => undefined);
+    // Every transfer starts from the same place on both sides: the kernel's dirty pages synced
+    // and its page cache dropped (the storage's own cache, zfs-fuse's ARC, stays for both, and
+    // `sync` does not make zfs-fuse commit its own transaction group), else raw cat reads memory.
+    const settle = async () => {
+      await spawnCollect(['sync']);
+      await fs.promises.writeFile('/proc/sys/vm/drop_caches', '3').catch(() => undefined);
+    };
     for (let i = 0; i < runs; i++) {
+      await settle();
+      await warm();
       s.upload.push(await put(api, `${files}${encodeURIComponent('/root/api.bin')}`, src));
+      await settle();
+      await warm();
       s.rawUpload.push(await cat(src, rawPath));
-      await dropCaches();
+      await settle();
       s.download.push(await get(api, `${files}${encodeURIComponent('/root/api.bin')}`));
-      await dropCaches();
+      await settle();
       s.rawDownload.push(await cat(rawPath, '/dev/null'));
     }
     fs.rmSync(rawPath, { force: true });

@@ -32,6 +32,7 @@
  * proxy and deploy, fork and snapshot, backup), the host's setup in setup.ts, the knobs in
  * knobs.ts, the teardown in teardown.ts and the report in report.ts.
  */
+import '../server/threadpool'; // first: before libuv's thread pool starts
 import os from 'node:os';
 import { hostLogger } from './hostLog';
 import { startHost } from '../server/host';

@@ -29,9 +29,19 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "netns-hold" {
 		os.Exit(netnsHold())
 	}
+	if len(os.Args) > 1 && os.Args[1] == "spawner" {
+		// Host side: the node's host commands, started without a fork of the node (spawner.go).
+		os.Exit(hostSpawner())
+	}
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		fmt.Println(Version)
 		return
+	}
+	if len(os.Args) > 1 {
+		// An unknown mode (a helper asked of an older boxd, say) must not become a box's agent on
+		// the host: it says so and ends.
+		fmt.Fprintf(os.Stderr, "boxd: unknown mode %q (usage: boxd [listen|netns|netns-hold|spawner|version])\n", os.Args[1])
+		os.Exit(2)
 	}
 	serve()
 }
@@ -89,29 +99,21 @@ func hostListen(args []string) int {
 		return 2
 	}
 	sock, prog := args[0], args[1]
-	_ = os.Remove(sock)
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	f, err := listeningSocket(sock) // as the spawner makes it (spawner.go)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "boxd listen: socket: %v\n", err)
+		fmt.Fprintf(os.Stderr, "boxd listen: %v\n", err)
 		return 1
 	}
-	old := syscall.Umask(0o077)
-	err = syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock})
-	syscall.Umask(old)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "boxd listen: bind %s: %v\n", sock, err)
-		return 1
-	}
-	if err := syscall.Listen(fd, 128); err != nil {
-		fmt.Fprintf(os.Stderr, "boxd listen: listen: %v\n", err)
-		return 1
-	}
-	if fd != listenFD {
-		if err := syscall.Dup3(fd, listenFD, 0); err != nil {
-			fmt.Fprintf(os.Stderr, "boxd listen: dup: %v\n", err)
+	// On fd 3, open across the exec (dup3 without O_CLOEXEC; the original is close-on-exec).
+	if fd := int(f.Fd()); fd == listenFD {
+		_, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFD, 0)
+		if e != 0 {
+			fmt.Fprintf(os.Stderr, "boxd listen: fcntl: %v\n", e)
 			return 1
 		}
-		_ = syscall.Close(fd)
+	} else if err := syscall.Dup3(fd, listenFD, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "boxd listen: dup: %v\n", err)
+		return 1
 	}
 	err = syscall.Exec(prog, args[1:], os.Environ())
 	fmt.Fprintf(os.Stderr, "boxd listen: exec %s: %v\n", prog, err)

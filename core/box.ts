@@ -93,6 +93,11 @@ export interface IdMap {
   hostId: number;
   size: number;
 }
+/** The longest grace between a stop's signal and its SIGKILL, for a box and for one of its
+ *  services alike: a box stop holds a worker slot for it and a service stop holds its HTTP call
+ *  (docs/decisions.md "Exec"). */
+export const MAX_STOP_GRACE_SECS = 300;
+
 export const ID_RANGE_BASE = 1_000_000;
 export const ID_RANGE_SIZE = 65_536;
 export const projectIdMap = (projectIndex: number): IdMap => ({ hostId: ID_RANGE_BASE + projectIndex * ID_RANGE_SIZE, size: ID_RANGE_SIZE });

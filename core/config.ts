@@ -55,7 +55,7 @@ export interface Config {
   /** The agent watchdog (workers/agentWatchdog.ts): how often a node says hello to the boxd of
    *  each running box (0: never), and how long boxd has to answer. */
   agentWatchdog: { intervalMs: number; timeoutMs: number };
-  /** `zfs` commands a node runs at once per pool (workers/storage/zfs.ts). */
+  /** `zfs` commands a node runs at once per pool (workers/storage/zfsDatasets.ts). */
   zfsConcurrency: number;
   /** Host commands start from a small helper process (core/spawner.ts; BOXHOST_SPAWNER). */
   spawner: boolean;

@@ -1,4 +1,5 @@
 import type { Publish, ServiceStartRequest } from '../core/apiTypes';
+import { MAX_STOP_GRACE_SECS } from '../core/box';
 import type { BoxRecord } from '../db/repos/boxes';
 
 /**
@@ -39,7 +40,8 @@ export function serviceCommands(box: BoxRecord, spec: ServiceStartRequest, publi
     flag('--ready-timeout', r.timeout_secs);
   }
   flag('--stop-signal', spec.stop?.signal);
-  flag('--stop-grace', spec.stop?.grace_secs);
+  // A spec stored before the cap may hold more than the CLI takes now: the command stays runnable.
+  flag('--stop-grace', spec.stop?.grace_secs === undefined ? undefined : Math.min(spec.stop.grace_secs, MAX_STOP_GRACE_SECS));
   for (const [k, v] of Object.entries(spec.tags ?? {}).sort(([x], [y]) => x.localeCompare(y))) a.push('--tag', `${k}=${v}`);
   a.push('--', ...spec.command);
   const pub = ['box', 'svc', 'publish', ...at];

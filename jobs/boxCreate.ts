@@ -9,7 +9,7 @@ import { recordBoxEvent } from './boxEvents';
 /** creating → running: clone the root, join the network, start the container. */
 export const createBoxJob = defineJob({
   type: boxJobs.create,
-  async run({ payload, db, node, progress, operationId }) {
+  async run({ payload, db, node, progress, operationId, operation }) {
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return; // deleted before its turn came
     // Marked running by a run that died before its job was recorded done (the host may have
@@ -23,7 +23,7 @@ export const createBoxJob = defineJob({
     await progress(50);
     if ((await boxesRepo.byId(db, box.id))?.status !== 'creating') return;
     await node.start(box);
-    if (await boxesRepo.markCreated(db, box.id)) await recordBoxEvent(db, box, 'box.created', { operationId });
+    if (await boxesRepo.markCreated(db, box.id)) await recordBoxEvent(db, box, 'box.created', { operationId, operation });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */
   async onFailed({ payload, db, node, log, operationId }, error) {

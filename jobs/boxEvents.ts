@@ -10,9 +10,15 @@ import { newId, now } from '../core/ids';
  * runs, so a stream of a project shows both: who asked (the operation's token), how long it took
  * from the request. Best effort: a transition that happened is never undone for its event.
  */
-export async function recordBoxEvent(db: Db, box: Pick<BoxRecord, 'id' | 'project' | 'name' | 'pack' | 'pack_rev'>, kind: BoxEvent['kind'], opts: { operationId?: string; who?: string; error?: string } = {}): Promise<void> {
+export async function recordBoxEvent(
+  db: Db,
+  box: Pick<BoxRecord, 'id' | 'project' | 'name' | 'pack' | 'pack_rev'>,
+  kind: BoxEvent['kind'],
+  opts: { operationId?: string; who?: string; error?: string; operation?: { created_by: string | null; created_at: string } } = {},
+): Promise<void> {
   try {
-    const op = opts.operationId ? await operationsRepo.get(db, opts.operationId) : undefined;
+    // The job's own row when it has it (one read fewer), else read.
+    const op = opts.operation ?? (opts.operationId ? await operationsRepo.get(db, opts.operationId) : undefined);
     const ts = now();
     await eventsRepo.insert(db, {
       id: newId('ev'), ts, kind, project: box.project, box_name: box.name, box_id: box.id, pack: box.pack ?? '', rev: box.pack_rev ?? '', verb: '', args: '[]', env_set: '[]',

@@ -40,6 +40,13 @@ function partOf(argv: string[]): string {
   return 'a host tool';
 }
 
+/** The part of the node each operation of the host helper (boxd/spawner.go) belongs to. */
+const HELPER_OPS = new Map([
+  ['box-net', 'the network set-up'],
+  ['nft-elements', 'the network set-up'],
+  ['remount-private', 'storage'],
+]);
+
 /** Known causes in a tool's or the kernel's words, said in ours (first match wins). */
 const CAUSES: [RegExp, string][] = [
   // host-local IPAM: the api admits no more boxes than a block holds (docs/decisions.md
@@ -86,6 +93,9 @@ export function publicReason(err: unknown): string {
     return `${partOf(err.argv)} failed: ${cause ? `${cause} (${how})` : how}`;
   }
   if (isErrno(err)) {
+    // The node's host helper names its operation as the syscall (core/spawner.ts).
+    const part = HELPER_OPS.get(err.syscall ?? '');
+    if (part) return `${part} failed: ${causeOf(err.code) ?? 'system error'} (${err.code})`;
     return `a file operation on the node failed: ${causeOf(err.code) ?? 'system error'} (${err.code})`;
   }
   const message = err instanceof Error ? err.message : String(err);

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { Queue } from 'bullmq';
 import IORedis, { RedisOptions } from 'ioredis';
 import type { Db } from '../db/knex';
@@ -13,6 +14,11 @@ export const nodeQueueName = (nodeId: string) => `node-${nodeId}`;
 
 /** Workers publish an operation's id here when it ends, so waiters wake at once. */
 export const operationsChannel = (prefix: string) => `${prefix}:operations:ended`;
+
+/** Ends announced by a worker in this process (an api and a node in one, as `npm start` runs):
+ *  its waiters wake without the round trip through Redis, which still carries it to the others. */
+const localEnds = new EventEmitter().setMaxListeners(0);
+export const announceLocally = (id: string): void => void localEnds.emit('ended', id);
 
 export interface EnqueueMeta {
   /** Path a client polls for the resource (`Location`). */
@@ -50,10 +56,19 @@ export class OperationQueue {
     this.subscriber = new IORedis({ ...connection, maxRetriesPerRequest: null });
     this.subscriber.on('error', () => undefined);
     void this.subscriber.subscribe(operationsChannel(prefix)).catch(() => undefined);
-    this.subscriber.on('message', (_channel, id: string) => {
-      for (const w of this.waiters.get(id) ?? []) w();
-    });
+    this.subscriber.on('message', (_channel, id: string) => this.wake(id));
+    localEnds.on('ended', this.wake);
   }
+
+  private readonly wake = (id: string): void => {
+    for (const w of this.waiters.get(id) ?? []) {
+      try {
+        w();
+      } catch {
+        /* a waiter's wake only resolves a promise */
+      }
+    }
+  };
 
   /** Resolves once the connection is up (or after `timeoutMs`: an api may start while Redis
    *  is down, and answers 503 until it is back). Commands fail fast rather than queue, so
@@ -117,7 +132,7 @@ export class OperationQueue {
       created_at: at,
       updated_at: at,
     };
-    await operationsRepo.insert(trx, row);
+    const inserted = await operationsRepo.insertReturning(trx, row);
     const data: JobEnvelope<P> = { operationId: row.id, payload: msg.payload };
     await withTimeout(
       this.queueOf(meta.node).add(msg.kind, data, {
@@ -130,7 +145,7 @@ export class OperationQueue {
       5000,
       'the job queue (Redis) is not answering',
     );
-    return (await operationsRepo.get(trx, row.id))!;
+    return inserted;
   }
 
   /** Records an operation that needed no job (it is done as it is taken): succeeded at once. */
@@ -183,6 +198,7 @@ export class OperationQueue {
   }
 
   close = async () => {
+    localEnds.off('ended', this.wake);
     for (const q of this.queues.values()) await q.close();
     this.subscriber.disconnect();
     this.client.disconnect();

@@ -48,6 +48,8 @@ export interface JobContext<P> {
   /** Its data volume steps. */
   volumes: VolumeHost;
   progress(percent: number): Promise<void>;
+  /** Who asked for the operation and when, as its row said when this run began. */
+  operation?: { created_by: string | null; created_at: string };
 }
 
 /**

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './threadpool'; // first: before libuv's thread pool starts
 import { ConfigError, loadConfig } from '../core/config';
 import { startHost, Role } from './host';
 

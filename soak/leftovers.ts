@@ -58,7 +58,7 @@ export async function findLeftovers(scope: LeftoverScope, keep: ReadonlySet<stri
       unchecked.push(`${kind}: ${(e as Error).message.split('\n')[0].slice(0, 300)}`);
     }
   };
-  for (const k of ['datasets', 'containers', 'bundles', 'netns', 'userns', 'mounts', 'veths', 'nft chains', 'nft ports', 'cgroups', 'address leases', 'attach marks', 'exec files']) found[k] = [];
+  for (const k of ['datasets', 'containers', 'bundles', 'netns', 'userns', 'mounts', 'veths', 'nft guards', 'cgroups', 'address leases', 'attach marks', 'exec files']) found[k] = [];
 
   await guard('datasets', async () => {
     // Every dataset and snapshot under <root>/boxes is a box's (or a snapshot of one).
@@ -101,8 +101,13 @@ export async function findLeftovers(scope: LeftoverScope, keep: ReadonlySet<stri
     }
   });
 
-  // The port map says which veth belongs to which box.
+  // A box's attach mark names its veth (workers/network/cni.ts); the port guard's elements are
+  // keyed on veths (workers/network/portGuard.ts).
   const vethOwner = new Map<string, string>();
+  for (const id of readdir(path.join(config.dataDir, 'cni', 'attached'))) {
+    const veth = (fs.readFileSync(path.join(config.dataDir, 'cni', 'attached', id), 'utf8').split('\n')[1] ?? '').trim();
+    if (veth) vethOwner.set(veth, id);
+  }
   await guard('nft', async () => {
     const table = `boxhost_${tag}`;
     const r = await run(['nft', '-j', 'list', 'table', 'bridge', table], { allowFailure: true, timeoutMs: TOOL_TIMEOUT_MS });
@@ -112,14 +117,12 @@ export async function findLeftovers(scope: LeftoverScope, keep: ReadonlySet<stri
     }
     const objects = (JSON.parse(r.stdout).nftables ?? []) as any[];
     for (const o of objects) {
-      if (o.chain?.name?.startsWith('box_') && !keep.has(o.chain.name.slice(4))) add('nft chains', o.chain.name);
-      if (o.map?.name === 'ports') {
-        for (const e of o.map.elem ?? []) {
-          if (!Array.isArray(e) || typeof e[0] !== 'string') continue;
-          const id = String(e[1]?.jump?.target ?? '').replace(/^box_/, '');
-          vethOwner.set(e[0], id);
-          if (!keep.has(id)) add('nft ports', `${e[0]}→${id}`);
-        }
+      if (!o.set) continue;
+      for (const e of o.set.elem ?? []) {
+        const veth = typeof e === 'string' ? e : Array.isArray(e?.concat) ? String(e.concat[0]) : null;
+        if (veth === null) continue;
+        const owner = vethOwner.get(veth);
+        if (!owner || !keep.has(owner)) add('nft guards', `${o.set.name}: ${veth}${owner ? `→${owner}` : ''}`);
       }
     }
   });

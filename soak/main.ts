@@ -12,6 +12,7 @@
  * SOAK_OP_BOUND_S (300: an operation unfinished this long is stuck), SOAK_SEED (random),
  * SOAK_RESULTS (the JSON result file; default a new file under /var/tmp).
  */
+import '../server/threadpool'; // first: before libuv's thread pool starts
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

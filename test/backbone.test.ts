@@ -411,6 +411,11 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
   t.test('publicReason: the shapes drivers throw', async (t) => {
     const errno = Object.assign(new Error("ENOTDIR: not a directory, mkdir '/var/tmp/bh/bundles/b1'"), { code: 'ENOTDIR', syscall: 'mkdir', path: '/var/tmp/bh/bundles/b1', errno: -20 });
     t.equal(publicReason(errno), 'a file operation on the node failed: a path has the wrong type (ENOTDIR)');
+    // The host helper's operations name the part of the node they belong to (core/spawner.ts).
+    const helperErr = (syscall: string, code: string) => Object.assign(new Error(`bridge bh1234-3: ${code}`), { code, syscall, errno: -1 });
+    t.equal(publicReason(helperErr('box-net', 'EEXIST')), 'the network set-up failed: something it makes already exists (EEXIST)');
+    t.equal(publicReason(helperErr('nft-elements', 'ENOENT')), 'the network set-up failed: something it needs does not exist (ENOENT)');
+    t.equal(publicReason(helperErr('remount-private', 'EPERM')), 'storage failed: permission denied on the node (EPERM)');
     t.equal(publicReason(new Error('runc exec failed: open /run/bh/x.pid: no such file')), 'runc exec failed: open … no such file');
     t.equal(publicReason(new Error("create failed: /usr/sbin/zfs clone -o refquota=1G a b exited 1: cannot open '/x'")), 'create failed: a host tool exited 1');
     t.equal(publicReason(new Error('cni bridge: no such device')), 'cni bridge: no such device', 'our own words pass as they are');

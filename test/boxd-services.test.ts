@@ -11,6 +11,7 @@ import { BoxServiceError, ExecInputError } from '../workers/errors';
 import { BoxdServices } from '../workers/runtime/boxd/services';
 import type { BoxServiceState } from '../workers/drivers';
 import { RuncRuntime } from '../workers/runtime/runc';
+import { claimDir } from './helpers/owner';
 
 /**
  * boxd's service supervision on a real box: restart policies and backoff, stop with a signal and
@@ -18,7 +19,7 @@ import { RuncRuntime } from '../workers/runtime/runc';
  * back after the box restarts), users and environment resolved inside the box.
  */
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-boxd-svc-test-${hostTag}-`);
+const dataDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-boxd-svc-test-${hostTag}-`));
 const runtime = new RuncRuntime({ dataDir, hostTag });
 const idMap = projectIdMap(252);
 const ns = `bh${hostTag}-svc`;

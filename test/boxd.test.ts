@@ -13,13 +13,14 @@ import { BoxAgentUnavailableError, BoxFileError, BoxNotRunningError, ExecInputEr
 import { encodeFrame, Frame } from '../workers/runtime/boxd/protocol';
 import { DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { RuncRuntime } from '../workers/runtime/runc';
+import { claimDir } from './helpers/owner';
 
 /**
  * boxd on real boxes (runc, user namespace, seccomp): what its children inherit, what a box
  * process cannot do to it, the protocol under garbage, a box that predates boxd.
  */
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-boxd-test-${hostTag}-`);
+const dataDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-boxd-test-${hostTag}-`));
 const runtime = new RuncRuntime({ dataDir, hostTag });
 const legacy = new RuncRuntime({ dataDir: path.join(dataDir, 'legacy'), hostTag, init: 'tini' });
 const idMap = projectIdMap(251);

@@ -78,7 +78,7 @@ t.test('a worker killed at each step of create, fork and delete converges after 
   const createPoints: [string, Partial<BoxObjects>][] = [
     ['createRoot', NOTHING],
     ['createRoot:done', { ...NOTHING, root: 1, netns: 1, userns: 1 }],
-    ['start:container', { ...RUNNING, leases: /^[01]$/, portChains: /^[01]$/, portEntries: /^[01]$/ } as unknown as Partial<BoxObjects>],
+    ['start:container', { ...RUNNING, leases: /^[01]$/, guardElements: /^[03]$/ } as unknown as Partial<BoxObjects>],
     ['start:done', RUNNING],
   ];
   const held = (t: Test, point: string, got: BoxObjects, expected: Partial<BoxObjects>) =>
@@ -221,7 +221,7 @@ t.test('a worker killed at each step of create, fork and delete converges after 
   t.test('delete', async (t) => {
     const points: [string, Partial<BoxObjects>][] = [
       ['destroy', RUNNING],
-      ['destroy:container', { ...NOTHING, root: 1, netns: 1, leases: 1, portChains: 1, portEntries: 1 }],
+      ['destroy:container', { ...NOTHING, root: 1, netns: 1, leases: 1, guardElements: 3 }],
       ['destroy:network', { ...NOTHING, root: 1 }],
       ['destroy:done', NOTHING],
     ];

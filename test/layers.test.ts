@@ -26,7 +26,7 @@ const NO_HOST_PROGRAMS = ['core', 'db', 'jobs', 'cluster', 'domain', 'api', 'cli
 /** The core modules that do spawn: the command runner (used by the node side) and the helper
  *  process it starts them from, the embedded redis-server (started by the composition root),
  *  `git rev-parse` for /version. */
-const SPAWNERS = new Set(['core/command.ts', 'core/spawner.ts', 'core/spawnerChild.ts', 'core/redis.ts', 'core/version.ts']);
+const SPAWNERS = new Set(['core/command.ts', 'core/spawner.ts', 'core/redis.ts', 'core/version.ts']);
 
 function sources(dir: string): string[] {
   const out: string[] = [];

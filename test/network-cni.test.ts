@@ -7,15 +7,19 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { run, sleep } from '../core/command';
+import { useSpawner } from '../core/spawner';
 import { fillBusyboxRootfs } from '../workers/bases/busyboxRootfs';
 import { formatIpv4, parseIpv4 } from '../core/netblocks';
 import { canonicalCidr, CniNetwork } from '../workers/network/cni';
 import { RuncRuntime } from '../workers/runtime/runc';
 import { platformDestinations } from '../workers/setup';
+import { claimDir } from './helpers/owner';
+import { elementVeth, guardSets } from './helpers/hostState';
+import type { Config } from '../core/config';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-test-${hostTag}-`);
+const dataDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-test-${hostTag}-`));
 // A /16 of its own, away from podman's 10.88 and from other test hosts.
 const boxSubnet = `10.${200 + crypto.randomInt(50)}.0.0/16`;
 const timings: Record<string, number[]> = {};
@@ -31,6 +35,9 @@ const logger = {
 };
 // The default layout: a /22 per project.
 const network = new CniNetwork({ dataDir, hostTag, boxSubnet, outbound: false, logger });
+// As on a node: host commands and the port guard's elements through the helper (core/spawner.ts).
+useSpawner(true);
+t.teardown(() => useSpawner(false));
 /** The mask of a box's eth0: its project block's. */
 const PFX = network.layout.projectPrefix;
 const runtime = new RuncRuntime({ dataDir, hostTag });
@@ -204,6 +211,18 @@ const garp = (id: string, ip: string) => inBox(id, ['busybox', 'arping', '-U', '
 
 const iptablesS = async (chain: string) => (await run(['iptables', '-w', '-S', chain], { allowFailure: true })).stdout;
 const bridgeRuleset = async () => (await run(['nft', 'list', 'ruleset', 'bridge'])).stdout;
+/** The port guard's elements keyed on `veth`, by set ("ports", "macs: <mac>", "addrs: <ip>"). */
+const guardOf = async (veth: string) => {
+  const sets = await guardSets({ hostTag } as Config);
+  const out: string[] = [];
+  for (const [name, elems] of sets) for (const e of elems) if (elementVeth(e) === veth) out.push(typeof e === 'string' ? name : `${name}: ${(e as { concat: unknown[] }).concat[1]}`);
+  return out.sort();
+};
+/** Element veths of the port guard that are no link on the host (left behind). */
+const staleGuards = async () => {
+  const sets = await guardSets({ hostTag } as Config);
+  return [...new Set([...sets.values()].flat().map(elementVeth))].filter((v): v is string => !!v && !fs.existsSync(`/sys/class/net/${v}`));
+};
 
 t.test('naming', async (t) => {
   t.equal(network.bridgeName(7), `bh${hostTag.slice(0, 4)}p7`);
@@ -226,7 +245,7 @@ t.test('init is idempotent and installs the chains', async (t) => {
   t.match(await iptablesS(network.chainIn), `-A BH-${hostTag}-IN -j BH-${hostTag}-SRC\n`, 'INPUT checks sources first');
   t.match(await iptablesS(network.chainFwd), `-A BH-${hostTag}-FWD -i ${br} -j BH-${hostTag}-SRC\n`, 'FORWARD checks sources first');
   t.notMatch(rules, `BH-${hostTag}-OUT`, 'no outbound chain without outbound');
-  t.match(await bridgeRuleset(), new RegExp(`table bridge ${network.portTable} \\{[^]*iifname vmap @ports`), 'port table');
+  t.match(await bridgeRuleset(), new RegExp(`table bridge ${network.portTable} \\{[^]*set macs \\{[^]*iifname != @ports accept`), 'port guard table');
   logged.length = 0;
   const t0 = Date.now();
   await network.init();
@@ -312,6 +331,40 @@ t.test('project networks', async (t) => {
     await network.detach('d', P1);
     t.notOk(fs.existsSync(path.join(ipam, d.address)), 'freed without its netns');
   });
+
+  t.test("the helper wires a box as the CNI plugins do (the fallback), and each frees the other's lease", async (t) => {
+    const ipam = path.join(dataDir, 'cni', 'ipam', network.networkName(1));
+    /** What a box's wiring looks like, without what differs from box to box. */
+    const wiring = async (box: { id: string; veth: string; address: string }) => {
+      const addr = JSON.parse((await inBox(box.id, ['ip', '-j', 'addr', 'show', 'dev', 'eth0'])).stdout)[0];
+      const v4 = addr.addr_info.find((i: { family: string }) => i.family === 'inet');
+      const routes = JSON.parse((await inBox(box.id, ['ip', '-j', 'route', 'show'])).stdout) as { dst: string; gateway?: string; dev: string }[];
+      const host = JSON.parse((await run(['ip', '-j', 'link', 'show', 'dev', box.veth])).stdout)[0];
+      return {
+        eth0: { up: addr.flags.includes('UP'), mtu: addr.mtu, prefixlen: v4.prefixlen, local: v4.local === box.address, broadcast: v4.broadcast },
+        routes: routes.map((r) => `${r.dst} ${r.gateway ?? ''} ${r.dev}`).sort(),
+        hostEnd: { master: host.master, up: host.operstate, mtu: host.mtu },
+        lease: fs.readFileSync(path.join(ipam, box.address), 'utf8').replace(network.netnsName(box.id), '<cid>'),
+        guard: (await guardOf(box.veth)).length,
+        arpNotify: (await inBox(box.id, ['cat', '/proc/sys/net/ipv4/conf/eth0/arp_notify'])).stdout.trim(),
+      };
+    };
+    const byHelper = await bareBox('e1', P1);
+    useSpawner(false);
+    const byPlugin = await bareBox('e2', P1).finally(() => useSpawner(true));
+    const helperWiring = await wiring(byHelper);
+    t.same(helperWiring, await wiring(byPlugin), 'the same eth0, routes, bridge port, lease and guard');
+    t.match(helperWiring, { eth0: { up: true, prefixlen: PFX }, hostEnd: { master: network.bridgeName(1), up: 'UP' }, lease: '<cid>\r\neth0', guard: 3, arpNotify: '1' });
+    t.ok(network.layout.holds(1, byHelper.address) && network.layout.holds(1, byPlugin.address), 'addresses of the block');
+    // Freed across: the helper frees the plugin's lease and wiring, and the plugin the helper's.
+    await network.detach('e2', P1);
+    useSpawner(false);
+    await network.detach('e1', P1).finally(() => useSpawner(true));
+    for (const b of [byHelper, byPlugin]) {
+      t.notOk(fs.existsSync(path.join(ipam, b.address)), `${b.id}: lease freed`);
+      t.notOk(fs.existsSync(`/sys/class/net/${b.veth}`), `${b.id}: veth gone`);
+    }
+  });
 });
 
 t.test('spoofing on the bridge', async (t) => {
@@ -320,7 +373,7 @@ t.test('spoofing on the bridge', async (t) => {
   const w = await bareBox('w', P3); // the one the traffic is aimed at
   const x = await bareBox('x', P3); // steals addresses
   const y = await bareBox('y', P3); // steals MACs
-  const z = await bareBox('z', P3); // loses its port chain
+  const z = await bareBox('z', P3); // loses its port guard
   const bridge = network.bridgeName(3);
   const gwMac = JSON.parse((await run(['ip', '-j', 'link', 'show', 'dev', bridge])).stdout)[0].address as string;
   const atW = await udpListener('w', 5000);
@@ -329,13 +382,12 @@ t.test('spoofing on the bridge', async (t) => {
   /** w's MAC pinned in an attacker's netns: its own ARP would give it away before its packets. */
   const staticW = ['neigh', 'replace', w.address, 'lladdr', w.mac, 'dev', 'eth0', 'nud', 'permanent'];
 
-  t.test('the port chains are in place (the plugin\'s macspoofchk is not needed)', async (t) => {
+  t.test('the port guards are in place (the plugin\'s macspoofchk is not needed)', async (t) => {
     const rs = await bridgeRuleset();
-    t.notMatch(rs, 'cni-br-iface-', "no macspoofchk of the plugin's: the box's own chain checks its MAC");
-    t.match(rs, new RegExp(`"${x.veth}" : jump box_x`), 'the port map sends the veth to its chain');
-    const chain = (await run(['nft', 'list', 'chain', 'bridge', network.portTable, 'box_x'])).stdout;
-    for (const rule of [`ether saddr != ${x.mac} drop`, 'ether type != { ip, arp } drop', `arp saddr ether != ${x.mac} drop`, `arp saddr ip != ${x.address} drop`, `ip saddr != ${x.address} drop`]) {
-      t.ok(chain.includes(rule), `x's chain: ${rule}`);
+    t.notMatch(rs, 'cni-br-iface-', "no macspoofchk of the plugin's: the port guard checks the box's MAC");
+    t.same(await guardOf(x.veth), ['addrs: ' + x.address, 'macs: ' + x.mac, 'ports'].sort(), "x's veth: guarded, with its MAC and address");
+    for (const rule of ['iifname != @ports accept', 'iifname . ether saddr != @macs drop', 'ether type != { ip, arp } drop', 'iifname . arp saddr ether != @macs drop', 'iifname . arp saddr ip != @addrs drop', 'iifname . ip saddr != @addrs drop']) {
+      t.ok(rs.includes(rule), `the guard's chain: ${rule}`);
     }
     t.match(await iptablesS(network.chainSrc), `-A BH-${hostTag}-SRC ! -s ${network.subnet(3)} -i ${bridge} -j DROP`, 'per-bridge source rule');
     t.equal(fs.readFileSync(`/proc/sys/net/ipv4/conf/${bridge}/rp_filter`, 'utf8').trim(), '1', 'rp_filter=1 on the bridge');
@@ -385,13 +437,13 @@ t.test('spoofing on the bridge', async (t) => {
     t.equal(await atV.got('host-to-v', 3000), v.gateway, 'traffic for v still reaches v');
   });
 
-  t.test("a port without its chain: the bridge's source rule holds, and init puts the chain back", async (t) => {
-    // As a box attached by an older version: no entry in the port map.
+  t.test("a port without its guard: the bridge's source rule holds, and init puts the guard back", async (t) => {
+    // As a box attached by an older version: not among the guarded ports.
     await run(['nft', 'delete', 'element', 'bridge', network.portTable, 'ports', `{ "${z.veth}" }`]);
-    // Within the project's block only the port chain could tell: without it, it passes.
+    // Within the project's block only the port guard could tell: without it, it passes.
     await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/${PFX}`, 'dev', 'eth0'], staticW);
     await udpFrom('z', w.address, 5000, 'z-as-v');
-    t.equal(await atW.got('z-as-v', 3000), v.address, 'control: without its chain, z can pass as v');
+    t.equal(await atW.got('z-as-v', 3000), v.address, 'control: without its guard, z can pass as v');
     // Another project's address: the per-bridge rule drops it.
     const counter = async () => {
       const out = (await run(['iptables', '-w', '-L', network.chainSrc, '-v', '-x', '-n'])).stdout;
@@ -405,26 +457,59 @@ t.test('spoofing on the bridge', async (t) => {
     t.equal(await atW.got('z-as-p1', 1500), null, "an address of another project does not reach w");
     t.ok((await counter()) > before, 'dropped by the per-bridge source rule');
 
-    // Back to its own address; init restores the chain (address from its lease, not eth0).
+    // Back to its own address; init restores the guard (address from its lease, not eth0),
+    // here through `nft` itself (the fallback when the node's helper is off).
     await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${z.address}/${PFX}`, 'dev', 'eth0']);
     logged.length = 0;
-    await network.init();
-    t.same(logged.filter((m) => m === 'port chain restored'), ['port chain restored'], "init restored z's chain, only z's");
+    useSpawner(false);
+    await network.init().finally(() => useSpawner(true));
+    t.same(logged.filter((m) => m === 'port guard restored'), ['port guard restored'], "init restored z's guard, only z's");
+    t.same(await guardOf(z.veth), ['addrs: ' + z.address, 'macs: ' + z.mac, 'ports'].sort(), 'all three of its elements');
     await ipIn('z', ['addr', 'flush', 'dev', 'eth0'], ['addr', 'add', `${v.address}/${PFX}`, 'dev', 'eth0'], staticW);
     await udpFrom('z', w.address, 5000, 'z-as-v-again');
-    t.equal(await atW.got('z-as-v-again', 1500), null, 'with its chain back, z cannot pass as v');
+    t.equal(await atW.got('z-as-v-again', 1500), null, 'with its guard back, z cannot pass as v');
   });
 
-  t.test('detach removes the port chain and the macspoofchk rules, netns or not', async (t) => {
+  t.test('a table of another layout is replaced in one transaction with every port it held and every attached box', async (t) => {
+    // w's elements gone (as a box attached by an older version), the chain of another layout.
+    await run(['nft', '-f', '-'], { input: ['ports', 'macs', 'addrs'].map((set) => `delete element bridge ${network.portTable} ${set} { ${set === 'ports' ? `"${w.veth}"` : `"${w.veth}" . ${set === 'macs' ? w.mac : w.address}`} }`).join('\n') + '\n' });
+    await run(['nft', 'flush', 'chain', 'bridge', network.portTable, 'prerouting']);
+    await run(['nft', 'add', 'rule', 'bridge', network.portTable, 'prerouting', 'accept', 'comment', '"boxhost port guard v1"']);
+    t.same(await guardOf(w.veth), [], 'control: w is not guarded');
+    logged.length = 0;
+    await network.init();
+    t.ok(logged.includes('port guard table written'), 'the table was written anew');
+    t.same(logged.filter((m) => m === 'port guard restored'), [], 'no box needed its guard back after: each was in the write');
+    for (const [id, port] of [['v', v], ['w', w], ['x', x], ['y', y], ['z', z]] as const) {
+      t.same(await guardOf(port.veth), ['addrs: ' + port.address, 'macs: ' + port.mac, 'ports'].sort(), `${id}: all three of its elements`);
+    }
+    t.ok((await bridgeRuleset()).includes('iifname . ip saddr != @addrs drop'), "the guard's rules are this layout's");
+    // z still has v's address from the test above: still refused.
+    await udpFrom('z', w.address, 5000, 'z-as-v-relayout');
+    t.equal(await atW.got('z-as-v-relayout', 1500), null, 'z cannot pass as v under the rewritten table');
+  });
+
+  t.test('detach removes the port guard and the macspoofchk rules, netns or not', async (t) => {
     await network.detach('x', P3);
     await run(['ip', 'netns', 'delete', nsOf('y')]);
     await network.detach('y', P3);
     const rs = await bridgeRuleset();
-    for (const id of ['x', 'y']) {
-      t.notMatch(rs, `box_${id}`, `${id}: no port chain`);
+    for (const [id, port] of [['x', x], ['y', y]] as const) {
+      t.same(await guardOf(port.veth), [], `${id}: no guard elements`);
       t.notMatch(rs, `${nsOf(id)}-eth0`, `${id}: no macspoofchk chain`);
     }
-    t.match(rs, 'box_v', 'the others stay');
+    t.equal((await guardOf(v.veth)).length, 3, 'the others stay');
+    t.same(await staleGuards(), [], 'no element of a veth that is gone');
+  });
+
+  t.test('an older mark (address and veth, no MAC) still has its guard dropped at detach', async (t) => {
+    const mark = path.join(dataDir, 'cni', 'attached', 'v');
+    fs.writeFileSync(mark, `${v.address}\n${v.veth}\n`);
+    // Through `nft` itself (the helper off), whose delete must name each element.
+    useSpawner(false);
+    await network.detach('v', P3).finally(() => useSpawner(true));
+    t.same(await guardOf(v.veth), [], 'v: no guard elements');
+    t.same(await staleGuards(), [], 'none left');
   });
 });
 
@@ -445,7 +530,7 @@ t.test('releaseProject removes the bridge, its rule and its IPAM state with the 
   t.notOk(fs.existsSync(`/sys/class/net/${bridge}`), 'bridge removed');
   t.notOk(fs.existsSync(ipam), 'IPAM state removed');
   t.notMatch(await iptablesS(network.chainSrc), rule, 'source rule removed');
-  t.notMatch(await bridgeRuleset(), /box_r[12]\b/, 'no port chains left');
+  t.same(await staleGuards(), [], 'no port guards left');
   t.equal(await network.releaseProject(P4), true, 'idempotent');
 
   // A box joining while the previous last box leaves: it always ends on a live bridge.
@@ -480,7 +565,7 @@ t.test('releaseProject removes the bridge, its rule and its IPAM state with the 
   fs.writeFileSync(mark, '');
   boxes.push({ id: 'q7', net: P5 });
   await t.rejects(network.attach('q7', P5), /released/, 'an attach that sees a release under way fails');
-  t.notMatch(await bridgeRuleset(), /box_q7\b/, 'and leaves no port chain');
+  t.same(await staleGuards(), [], 'and leaves no port guard');
   t.notOk(fs.readdirSync(path.join(dataDir, 'cni', 'ipam', network.networkName(5))).some((f) => fs.readFileSync(path.join(dataDir, 'cni', 'ipam', network.networkName(5), f), 'utf8').includes(network.netnsName('q7'))), 'nor a lease');
   fs.rmSync(mark);
   t.match((await network.attach('q7', P5)).address, /\d+$/, 'its retry joins');
@@ -521,7 +606,7 @@ async function outsideWorld(tag: string, bridge: string, transit: (n: number) =>
 t.test('with outbound on: link-local, the host, the platform and protected nets stay out of reach', async (t) => {
   // A network of its own (tag, /16, chains), outbound on.
   const outTag = crypto.randomBytes(3).toString('hex');
-  const outDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-out-test-${outTag}-`);
+  const outDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-out-test-${outTag}-`));
   const second = Number(boxSubnet.split('.')[1]) === 250 ? 251 : 250;
   const outSubnet = `10.${second}.0.0/16`;
   const platform = { redisUrl: 'redis://198.51.100.10:6379', databaseUrl: 'postgres://boxhost:secret@198.51.100.11:5432/boxhost', protectedNets: ['203.0.113.0/24'] };
@@ -567,7 +652,7 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
 
 t.test('a build box reaches the proxy port on its gateway while it is open, and nothing else of the host', async (t) => {
   const pkgTag = crypto.randomBytes(3).toString('hex');
-  const pkgDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-pkg-test-${pkgTag}-`);
+  const pkgDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-pkg-test-${pkgTag}-`));
   const second = Number(boxSubnet.split('.')[1]) === 252 ? 253 : 252;
   const pkgNet = new CniNetwork({ dataDir: pkgDir, hostTag: pkgTag, boxSubnet: `10.${second}.0.0/16`, outbound: false, logger });
   undo.push(async () => {
@@ -619,7 +704,7 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
   t.equal(canonicalCidr('10.1.2.3/33'), null);
   t.equal(canonicalCidr('redis.internal'), null);
   const badTag = crypto.randomBytes(3).toString('hex');
-  const badDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-bad-test-${badTag}-`);
+  const badDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-bad-test-${badTag}-`));
   const bad = new CniNetwork({ dataDir: badDir, hostTag: badTag, boxSubnet, outbound: true, protectedDestinations: async () => ['redis.internal'] });
   await t.rejects(bad.init(), /not an IPv4 address or CIDR/, 'a bad protected destination fails init');
   await bad.destroyAll();
@@ -629,7 +714,7 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
 t.test('small blocks of a /20, and the layout lock', async (t) => {
   // A network of its own: /29 blocks (5 boxes each) of a /20 that also starts a /19.
   const smallTag = crypto.randomBytes(3).toString('hex');
-  const smallDir = fs.mkdtempSync(`/var/tmp/boxhost-cni-small-test-${smallTag}-`);
+  const smallDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-small-test-${smallTag}-`));
   const subnet = `10.252.${32 * crypto.randomInt(8)}.0/20`;
   const wider = subnet.replace('/20', '/19');
   const net = (projectPrefix?: number, boxSubnet = subnet) => new CniNetwork({ dataDir: smallDir, hostTag: smallTag, boxSubnet, projectPrefix, outbound: false, logger });

@@ -12,10 +12,11 @@ import { BoxNotRunningError } from '../workers/errors';
 import { applyResourceParts, resourceParts, runcUpdateArgs } from '../workers/runtime/limits';
 import { BOX_OOM_SCORE_ADJ, buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } from '../workers/runtime/runc';
+import { claimDir } from './helpers/owner';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
-const dataDir = fs.mkdtempSync(`/var/tmp/boxhost-runc-test-${hostTag}-`);
+const dataDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-runc-test-${hostTag}-`));
 const runcRun: number[] = [];
 const runtime = new RuncRuntime({
   dataDir,

@@ -107,7 +107,7 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
 
 /**
  * A node that starts while the daemon is hung has no watchdog yet: its start notices the
- * commands that give no answer, restarts the daemon and starts (workers/storage/zfs.ts init),
+ * commands that give no answer, restarts the daemon and starts (workers/storage/zfsPool.ts init),
  * whether the daemon hung before its pool was made or after (the restarted daemon mounts nothing
  * by itself: the start mounts it).
  */

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { CommandError, run } from '../core/command';
-import { spawnCollect, useSpawner } from '../core/spawner';
+import { remountPrivate, spawnCollect, SPAWNER_BIN, useSpawner } from '../core/spawner';
 
 for (const on of [false, true]) {
   t.test(`run() ${on ? 'through the spawner' : 'started here'}`, async (t) => {
@@ -60,4 +60,43 @@ t.test('a command without stdio is answered at its exit, even with a process lef
   t.equal((await answer!).exitCode, 3, 'its exit code');
   t.ok(Date.now() - t0 < 4000, 'without waiting for the process it left');
   t.equal(fs.readFileSync(path.join(dir, 'marker'), 'utf8'), `${fs.realpathSync(dir)}\n`, 'in the cwd given');
+});
+
+t.test("the helper's own work: boxd listen in its process, a nosuid,nodev remount", async (t) => {
+  useSpawner(true);
+  t.teardown(() => useSpawner(false));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'spawner-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // `boxd listen SOCKET PROGRAM…`: PROGRAM gets the listening socket as fd 3 (a socket the
+  // helper made, root's only), and its exit code is the answer.
+  const sock = path.join(dir, 'b.sock');
+  const r = await run([SPAWNER_BIN, 'listen', sock, 'sh', '-c', 'readlink /proc/self/fd/3; exit 7'], { allowFailure: true });
+  t.equal(r.exitCode, 7, "the program's exit code");
+  t.match(r.stdout, /^socket:\[\d+\]\n$/, 'fd 3 is a socket');
+  t.ok(fs.statSync(sock).isSocket(), 'at the path given');
+  t.equal(fs.statSync(sock).mode & 0o077, 0, 'for root only');
+  // `boxd listen` as a program of its own (the helper off) makes the same socket.
+  const sock2 = path.join(dir, 'b2.sock');
+  const r2 = spawnSync(SPAWNER_BIN, ['listen', sock2, '/bin/sh', '-c', 'readlink /proc/self/fd/3'], { encoding: 'utf8', timeout: 10_000 });
+  t.equal(r2.status, 0, r2.stderr);
+  t.match(r2.stdout, /^socket:\[\d+\]\n$/, 'as a program: fd 3 is a socket');
+  t.equal(fs.statSync(sock2).mode & 0o777, 0o600, 'made 0600');
+  // A mount point made nosuid,nodev, its other flags kept.
+  const mnt = path.join(dir, 'mnt');
+  fs.mkdirSync(mnt);
+  await run(['mount', '--bind', mnt, mnt]);
+  t.teardown(() => run(['umount', '-l', mnt], { allowFailure: true }));
+  await run(['mount', '-o', 'remount,bind,ro,noexec,noatime', mnt]);
+  const flags = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').find((l) => l.split(' ')[4] === mnt)!.split(' ')[5].split(',');
+  t.notOk(flags().includes('nosuid'), 'control: not nosuid before');
+  // The node names the options to keep, as mountinfo lists them (nothing asks the filesystem).
+  t.equal(await remountPrivate(mnt, flags()), true, 'done by the helper');
+  t.same(flags().filter((f) => ['ro', 'noexec', 'nosuid', 'nodev', 'noatime'].includes(f)).sort(), ['noatime', 'nodev', 'noexec', 'nosuid', 'ro'], 'nosuid,nodev, and still ro,noexec,noatime');
+  await t.rejects(remountPrivate(path.join(dir, 'nope'), []), { code: 'ENOENT' }, 'a path that is not there: ENOENT');
+});
+
+t.test('boxd refuses a mode it does not have: never a box agent on the host', async (t) => {
+  const r = spawnSync(SPAWNER_BIN, ['no-such-mode'], { timeout: 10_000, encoding: 'utf8' });
+  t.equal(r.status, 2, 'exit 2, at once');
+  t.match(r.stderr, /unknown mode "no-such-mode"/, 'and says why');
 });

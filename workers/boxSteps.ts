@@ -2,7 +2,7 @@ import { refreshLinkedEnv } from '../jobs/outputs';
 import type { BoxRecord } from '../db/repos/boxes';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
-import { IdMap, projectIdMap, RootSource } from '../core/box';
+import { IdMap, MAX_STOP_GRACE_SECS, projectIdMap, RootSource } from '../core/box';
 import type { BoxHost } from '../jobs/ports';
 import type { ServiceStartRequest } from '../core/apiTypes';
 import { checkStart, specOf } from '../core/services';
@@ -12,9 +12,6 @@ import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, Stora
 import { volumesRepo } from '../db/repos/volumes';
 import type { Db } from '../db/knex';
 import { RecipeBases } from './bases/recipeBases';
-
-/** The longest stop grace a box gets (the box schemas refuse more; docs/decisions.md "Boxes"). */
-export const MAX_GRACE_SECONDS = 300;
 
 /** Test-only seam (test/boxes-crash.test.ts): the process dies at the step point BOXHOST_TEST_CRASH_AT names; unset, nothing. */
 const crashPoint = (point: string) => void (process.env.BOXHOST_TEST_CRASH_AT === point && process.kill(process.pid, 'SIGKILL'));
@@ -140,9 +137,9 @@ export class BoxSteps implements BoxHost {
     return { netnsPath: fresh, loopbackUp: true };
   }
 
-  /** The grace is capped (rows from before the cap may hold up to 3600 s). */
+  /** The grace is capped (the box schemas refuse more; rows from before the cap may hold up to 3600 s). */
   async stop(box: BoxRecord): Promise<void> {
-    await this.d.runtime.stop(box.id, Math.min(box.termination_grace_period_seconds ?? 10, MAX_GRACE_SECONDS));
+    await this.d.runtime.stop(box.id, Math.min(box.termination_grace_period_seconds ?? 10, MAX_STOP_GRACE_SECS));
     // Volumes detached while it ran are no longer mounted anywhere.
     await volumesRepo.dropDetached(this.d.db, box.id);
   }

@@ -31,7 +31,7 @@ export function createDrivers(config: Config, log: Logger): Drivers {
       hostTag: config.hostTag,
       concurrency: config.zfsConcurrency,
       fuseArcMb: config.zfsFuseArcMb,
-      // With the watchdog on, a daemon hung while the node starts is restarted too (zfs.ts init).
+      // With the watchdog on, a daemon hung while the node starts is restarted too (storage/zfsPool.ts init).
       startHangMs: config.storageWatchdog.intervalMs > 0 ? 2 * config.storageWatchdog.hangMs : undefined,
       logger: log.child({ driver: 'zfs' }),
   });

@@ -1,7 +1,7 @@
 import { ConnectionOptions, DelayedError, Job, UnrecoverableError, Worker } from 'bullmq';
 import IORedis, { RedisOptions } from 'ioredis';
 import { isFinished, OperationRow, operationsRepo } from '../db/repos/operations';
-import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel } from '../jobs/queue';
+import { DEFAULT_ATTEMPTS, nodeQueueName, operationsChannel, announceLocally } from '../jobs/queue';
 import { JobNotYet, type JobContext, type JobEnvelope, type JobHandler } from '../jobs/types';
 import { BaseSteps, stagingDirOf } from './baseSteps';
 import { VolumeSteps } from './volumeSteps';
@@ -33,6 +33,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
   publisher.on('error', () => undefined);
   const finish = async (id: string, patch: Partial<Pick<OperationRow, 'status' | 'progress' | 'error'>>) => {
     await operationsRepo.update(ctx.db, id, patch);
+    announceLocally(id);
     await publisher.publish(operationsChannel(opts.prefix), id).catch(() => undefined);
   };
 
@@ -40,7 +41,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
   const volumes = new VolumeSteps({ volumes: ctx.volumes, backupDir: ctx.config.backupDir, nodeId: ctx.config.nodeId });
 
   /** The context a handler runs with, for the attempt that is starting now. */
-  const jobContext = (job: Job<JobEnvelope>, payload: unknown, rerun: boolean): JobContext<any> => {
+  const jobContext = (job: Job<JobEnvelope>, payload: unknown, rerun: boolean, operation?: JobContext<unknown>['operation']): JobContext<any> => {
     const { operationId } = job.data;
     const attempt = job.attemptsMade + 1;
     return {
@@ -57,6 +58,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       progress: async (percent: number) => {
         await operationsRepo.update(ctx.db, operationId, { progress: Math.round(percent) });
       },
+      operation: operation && { created_by: operation.created_by, created_at: operation.created_at },
     };
   };
 
@@ -81,7 +83,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     }
 
     const { value: payload, error } = kind.type.schema.validate(job.data.payload);
-    const jctx = jobContext(job, payload, op.status === 'running');
+    const jctx = jobContext(job, payload, op.status === 'running', op);
     const log = jctx.log;
     try {
       if (error) throw new UnrecoverableError(`bad payload: ${error.message}`);

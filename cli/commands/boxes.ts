@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import type { Box, BoxList } from '../../core/apiTypes';
+import { MAX_STOP_GRACE_SECS } from '../../core/box';
 import { apiPath, ApiResponse, UsageError } from '../client';
 import { action, Ctx, defined, int, keyValue, list, projectOption } from '../context';
 import { finishJob, JobLabel } from '../jobs';
@@ -175,7 +176,7 @@ export function register(program: Command): void {
     .option('--ram-mb <n>', 'memory limit in MB', int(1))
     .option('--tag <KEY=VALUE>', 'tag (repeatable); the tags given REPLACE the whole tag map, so list every tag to keep', keyValue)
     .option('--clear-tags', 'remove every tag')
-    .option('--grace-period <seconds>', 'termination grace period: how long stop waits after SIGTERM before SIGKILL', int(0))
+    .option('--grace-period <seconds>', `termination grace period: how long stop waits after SIGTERM before SIGKILL (at most ${MAX_STOP_GRACE_SECS})`, int(0, MAX_STOP_GRACE_SECS))
     .action(
       action<UpdateOptions>(async (ctx, [name], o) => {
         if (o.tag && o.clearTags) throw new UsageError('give --tag or --clear-tags, not both');

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Publish, Service, ServiceStartRequest } from '../../core/apiTypes';
+import { MAX_STOP_GRACE_SECS } from '../../core/box';
 import { apiPath, UsageError } from '../client';
 import { action, Ctx, defined, int, keyValue, list, projectOption } from '../context';
 import { formatMap, printFields, printTable, say } from '../output';
@@ -89,7 +90,7 @@ function registerSvc(program: Command): void {
     .option('--ready-status <code>', 'the status --ready-http wants (default: any 2xx)', int(100, 599))
     .option('--ready-timeout <secs>', 'how long the gate may take (default 30)', int(1, 600))
     .option('--stop-signal <signal>', 'how it is asked to stop (default TERM)')
-    .option('--stop-grace <secs>', 'before it is killed (default 10)', int(0, 3600))
+    .option('--stop-grace <secs>', `before it is killed (default 10, at most ${MAX_STOP_GRACE_SECS})`, int(0, MAX_STOP_GRACE_SECS))
     .option('--tag <KEY=VALUE>', 'a tag (repeatable)', keyValue)
     .action(
       action<StartOptions>(async (ctx, [box, name, command], o) => {
@@ -132,7 +133,7 @@ function registerSvc(program: Command): void {
 
   projectOption(svc.command('stop <box> <name>').description('stop it (its signal, then SIGKILL after the grace); it stays stopped until started'))
     .option('--signal <signal>', 'instead of its own stop signal')
-    .option('--grace <secs>', 'instead of its own grace', int(0, 3600))
+    .option('--grace <secs>', `instead of its own grace (at most ${MAX_STOP_GRACE_SECS})`, int(0, MAX_STOP_GRACE_SECS))
     .action(
       action<{ project?: string; signal?: string; grace?: number }>(async (ctx, [box, name], o) => {
         const r = await ctx.client.request<Service>('POST', `${svcPath(ctx, o.project, box, name)}/stop`, { body: defined({ signal: o.signal, grace_secs: o.grace }) ?? {} });

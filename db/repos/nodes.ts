@@ -1,5 +1,6 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
+import { boxConfigSums, configSumsOf } from '../json';
 
 export type NodeState = 'active' | 'draining';
 
@@ -67,16 +68,11 @@ export const nodesRepo = {
   remove: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).delete(),
   /** Committed resources per node id, read from the box rows and the data volumes. */
   async committed(db: Db): Promise<Map<string, Committed>> {
-    const rows = await db('boxes').select('node', 'config');
+    const rows = await db('boxes').select('node', ...boxConfigSums(db)).groupBy('node');
     const out = new Map<string, Committed>();
-    for (const r of rows as { node: string; config: string }[]) {
-      const c = JSON.parse(r.config) as { cpus: number; ram_mb: number; storage_gb: number };
-      const cur = out.get(r.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
-      cur.cpus += c.cpus;
-      cur.ram_mb += c.ram_mb;
-      cur.disk_gb += c.storage_gb;
-      cur.boxes += 1;
-      out.set(r.node, cur);
+    for (const r of rows) {
+      const s = configSumsOf(r);
+      out.set(r.node, { cpus: s.cpus, ram_mb: s.ram_mb, disk_gb: s.storage_gb, boxes: s.boxes });
     }
     // Data volumes take their quota from their node's storage too (docs/data.md).
     const volumes = (await db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node')) as { node: string; gb: number | string }[];

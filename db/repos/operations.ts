@@ -27,6 +27,11 @@ export const isFinished = (s: OperationStatus) => s === 'succeeded' || s === 'fa
 export const operationsRepo = {
   get: (db: Db, id: string) => db<OperationRow>('operations').where({ id }).first(),
   insert: (db: Db, row: Omit<OperationRow, 'seq'>) => db<OperationRow>('operations').insert(row),
+  /** Inserts the row and answers it whole (its `seq` as the database gave it), without reading it back. */
+  insertReturning: async (db: Db, row: Omit<OperationRow, 'seq'>): Promise<OperationRow> => {
+    const [r] = (await db<OperationRow>('operations').insert(row).returning('seq')) as unknown as ({ seq: number } | number)[];
+    return { ...row, seq: Number(typeof r === 'object' ? r.seq : r) };
+  },
   remove: (db: Db, id: string) => db<OperationRow>('operations').where({ id }).delete(),
   update: (db: Db, id: string, patch: Partial<Pick<OperationRow, 'status' | 'progress' | 'error'>>) =>
     db<OperationRow>('operations').where({ id }).update({ ...patch, updated_at: now() }),

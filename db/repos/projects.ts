@@ -1,6 +1,7 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
 import { isUniqueViolation } from '../errors';
+import { boxConfigSums, configSumsOf } from '../json';
 
 export interface ProjectRow {
   name: string;
@@ -29,22 +30,12 @@ export const projectsRepo = {
     return opts.lock ? q.forUpdate() : q;
   },
   setQuotas: (db: Db, name: string, quotas: Record<string, number>) => db<ProjectRow>('projects').where({ name }).update({ quotas: JSON.stringify(quotas) }),
-  /** What a project's boxes hold: count and summed config. */
-  /** What the project's boxes and data volumes hold (a volume's quota counts as storage). */
+  /** What the project's boxes and data volumes hold (a volume's quota counts as storage), summed
+   *  by the database. */
   async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes: number }> {
-    const out = { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 0, volumes: 0 };
-    for (const v of (await db('data_volumes').where({ project: name }).select('quota_gb')) as { quota_gb: number }[]) {
-      out.volumes += 1;
-      out.storage_gb += Number(v.quota_gb);
-    }
-    for (const r of (await db('boxes').where({ project: name }).select('config')) as { config: string }[]) {
-      const c = JSON.parse(r.config) as { cpus: number; ram_mb: number; storage_gb: number };
-      out.boxes += 1;
-      out.cpus += c.cpus;
-      out.ram_mb += c.ram_mb;
-      out.storage_gb += c.storage_gb;
-    }
-    return out;
+    const vols = (await db('data_volumes').where({ project: name }).first(db.raw('count(*) as n'), db.raw('coalesce(sum(quota_gb), 0) as gb'))) as { n: number | string; gb: number | string } | undefined;
+    const sums = configSumsOf(await db('boxes').where({ project: name }).first(boxConfigSums(db)));
+    return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0), volumes: Number(vols?.n ?? 0) };
   },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
   /** Projects come into being with their first box; this finds or makes one, with the lowest

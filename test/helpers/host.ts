@@ -8,6 +8,7 @@ import type { Test } from 'tap';
 import { loadConfig, Config } from '../../core/config';
 import { startHost, Host, HostOptions } from '../../server/host';
 import { cleanupHost } from './cleanup';
+import { claimDir } from './owner';
 import { makePgSchema, PgSchema, testDbKind } from './db';
 
 export interface TestHost extends Host {
@@ -35,7 +36,7 @@ export interface CallResult {
 }
 
 export function testDataDir(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir(), 'bh-test-'));
+  return claimDir(fs.mkdtempSync(path.join(os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir(), 'bh-test-')));
 }
 
 /** A random /16 per host so leftovers of one test run never collide with the next. */

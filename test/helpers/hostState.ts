@@ -26,9 +26,9 @@ export interface BoxObjects {
   userns: number;
   /** host-local leases holding the box's netns name (one address). */
   leases: number;
-  /** The box's nft port chain and the port map entries that jump to it. */
-  portChains: number;
-  portEntries: number;
+  /** Elements of the port guard (workers/network/portGuard.ts) keyed on the box's host-side veth:
+   *  3 when guarded (ports, macs, addrs). */
+  guardElements: number;
   /** cgroup directories of the box's container (memory controller). */
   cgroups: number;
 }
@@ -41,15 +41,36 @@ async function zfsNames(config: Config): Promise<string[]> {
   return r.stdout.split('\n').filter(Boolean);
 }
 
-async function nftTable(config: Config): Promise<string> {
-  return (await run(['nft', 'list', 'table', 'bridge', `boxhost_${config.hostTag}`], { allowFailure: true })).stdout;
+/** The port guard's elements by set, as `nft -j` prints them (a veth, or [veth, mac|address]). */
+export async function guardSets(config: Config): Promise<Map<string, unknown[]>> {
+  const r = await run(['nft', '-j', 'list', 'table', 'bridge', `boxhost_${config.hostTag}`], { allowFailure: true });
+  const out = new Map<string, unknown[]>();
+  if (r.exitCode !== 0) return out;
+  for (const o of (JSON.parse(r.stdout) as { nftables?: { set?: { name: string; elem?: unknown[] } }[] }).nftables ?? []) if (o.set) out.set(o.set.name, o.set.elem ?? []);
+  return out;
+}
+
+/** The veth an element is keyed on. */
+export const elementVeth = (e: unknown): string | null => (typeof e === 'string' ? e : Array.isArray((e as { concat?: unknown[] })?.concat) ? String((e as { concat: unknown[] }).concat[0]) : null);
+
+/** The box's host-side veth: its attached mark names it; else its eth0's peer (a port guarded
+ *  by a worker that died before writing the mark). */
+async function boxVeth(config: Config, cid: string, boxId: string): Promise<string | null> {
+  const marked = (fs.existsSync(path.join(config.dataDir, 'cni', 'attached', boxId)) ? fs.readFileSync(path.join(config.dataDir, 'cni', 'attached', boxId), 'utf8') : '').split('\n')[1];
+  if (marked) return marked;
+  const eth0 = await run(['ip', '-n', cid, '-j', 'link', 'show', 'dev', 'eth0'], { allowFailure: true });
+  if (eth0.exitCode !== 0) return null;
+  const peer = (JSON.parse(eth0.stdout) as { link_index?: number }[])[0]?.link_index;
+  const links = JSON.parse((await run(['ip', '-j', 'link', 'show', 'type', 'veth'])).stdout) as { ifindex: number; ifname: string }[];
+  return links.find((l) => l.ifindex === peer)?.ifname ?? null;
 }
 
 export async function boxObjects(config: Config, boxId: string): Promise<BoxObjects> {
   const cid = `bh${config.hostTag}-${boxId}`;
-  const [names, nft, runc] = await Promise.all([
+  const [names, sets, veth, runc] = await Promise.all([
     zfsNames(config),
-    nftTable(config),
+    guardSets(config),
+    boxVeth(config, `bh${config.hostTag}-${boxId}`, boxId),
     run(['runc', '--root', path.join(config.dataDir, 'runc'), 'list', '--format', 'json'], { allowFailure: true }),
   ]);
   const rootDs = `${poolOf(config)}/boxes/${boxId}`;
@@ -75,8 +96,7 @@ export async function boxObjects(config: Config, boxId: string): Promise<BoxObje
     netns: exists(`/run/netns/${cid}`),
     userns: exists(`/run/boxhost/userns/${cid}`),
     leases,
-    portChains: nft.split('\n').filter((l) => l.trim() === `chain box_${boxId} {`).length,
-    portEntries: (nft.match(new RegExp(`: jump box_${boxId}\\b`, 'g')) ?? []).length,
+    guardElements: veth ? [...sets.values()].flat().filter((e) => elementVeth(e) === veth).length : 0,
     cgroups: exists(`/sys/fs/cgroup/memory/${cid}`),
   };
 }
@@ -92,8 +112,7 @@ export const NOTHING: BoxObjects = {
   netns: 0,
   userns: 0,
   leases: 0,
-  portChains: 0,
-  portEntries: 0,
+  guardElements: 0,
   cgroups: 0,
 };
 
@@ -109,8 +128,7 @@ export const RUNNING: BoxObjects = {
   netns: 1,
   userns: 1,
   leases: 1,
-  portChains: 1,
-  portEntries: 1,
+  guardElements: 3,
   cgroups: 1,
 };
 

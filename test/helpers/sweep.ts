@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { cleanupHost } from './cleanup';
 import { ensureNetnsDir, NETNS_DIR } from '../../workers/runtime/netnsDir';
 import { loadConfig } from '../../core/config';
+import { liveOwner } from './owner';
 
 /**
  * Run before the suite (`npm test`): removes what an earlier run of the suite left behind when it
@@ -15,9 +16,14 @@ import { loadConfig } from '../../core/config';
  * tag it named its pool, containers, netns and chains with, and goes the same way. A run
  * SIGKILLed inside the storage test once left its pool mounted and failed the next CI run. Under CI every such dir is stale (CI runs one suite on its machine);
  * elsewhere only those untouched for an hour, so a suite running beside this one is left alone.
+ * Either way a dir whose owner still runs (test/helpers/owner.ts: a test host's data dir, a
+ * driver test's dir) is never touched: a sweep started by hand beside a live suite tore its
+ * hosts down under it.
  */
 const STALE_MS = process.env.CI === 'true' ? 0 : 3600_000;
-const ROOTS = [...new Set(['/var/tmp', os.tmpdir(), '/tmp'])];
+/** `BOXHOST_SWEEP_ROOTS` (colon-separated) narrows where it looks: test/sweep.test.ts sweeps a
+ *  temp root of its own, not the machine. */
+const ROOTS = process.env.BOXHOST_SWEEP_ROOTS ? process.env.BOXHOST_SWEEP_ROOTS.split(':').filter(Boolean) : [...new Set(['/var/tmp', os.tmpdir(), '/tmp'])];
 const HOST_DIR_RE = /^bh-test-/;
 /** A driver test's dir names the host tag it made its objects with (`boxhost-<kind>-<tag>-XXXXXX`:
  *  netns, containers, cgroups, chains, a `boxhost-<tag>` pool). */
@@ -108,6 +114,11 @@ async function main(): Promise<void> {
         // is never acted on.
         const st = fs.lstatSync(dir);
         if (!st.isDirectory() || st.uid !== 0) continue;
+        const owner = (HOST_DIR_RE.test(name) || DRIVER_DIR_RE.test(name)) && liveOwner(dir);
+        if (owner) {
+          process.stderr.write(`sweep: ${dir} is in use by process ${owner}; left alone\n`);
+          continue;
+        }
         if (HOST_DIR_RE.test(name) && stale(dir)) {
           killUnder(dir);
           const problems = await cleanupHost(loadConfig({ BOXHOST_DATA_DIR: dir, LOG_LEVEL: 'warn' }, { readDotenv: false }), () => undefined);

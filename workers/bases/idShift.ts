@@ -11,7 +11,7 @@ const PARALLEL = 32;
 /**
  * Moves the ownership of every entry under `dir` (and `dir` itself) from box ids 0…size-1 to
  * host ids hostId…, so that root in a box whose user namespace maps 0 → hostId owns its files.
- * Done once for a base's copy in a project's range (workers/storage/zfs.ts caches it), and once
+ * Done once for a base's copy in a project's range (workers/storage/zfsBases.ts caches it), and once
  * in place for a box root made before user namespaces.
  *
  * - Never follows a symlink (lchown; symlinks stay symlinks) and never leaves `dir` (no mount

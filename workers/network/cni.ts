@@ -7,6 +7,8 @@ import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } f
 import { SourceRules } from './sourceRules';
 import { ensureNetnsDir } from '../runtime/netnsDir';
 import { checkLayout, LayoutState, lockLayout } from './layoutLock';
+import { BoxPort, IFNAME_RE, MAC_RE, PortGuard } from './portGuard';
+import { boxNet, type BoxNetRequest } from '../../core/spawner';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
@@ -37,28 +39,8 @@ export interface CniNetworkOptions {
   cniPath?: string;
 }
 
-/** A box's side of its bridge: the host end of its veth, and what may come out of it. */
-interface BoxPort {
-  veth: string;
-  mac: string;
-  address: string;
-}
-
-/** The parts of `nft -j list ruleset bridge` this driver reads. */
-interface NftObject {
-  table?: { family: string; name: string };
-  chain?: { family: string; table: string; name: string };
-  map?: { family: string; table: string; name: string; elem?: unknown[] };
-  rule?: { family: string; table: string; chain: string; handle: number; comment?: string; expr?: unknown };
-}
-
 const BOX_ID_RE = /^[a-z0-9]{1,32}$/;
-const IFNAME_RE = /^[A-Za-z0-9_.-]{1,15}$/;
-const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 const IPV4_RE = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
-/** The one rule of the port table's base chain, as `nft -j` prints it. */
-const PORT_DISPATCH_EXPR = JSON.stringify([{ vmap: { key: { meta: { key: 'iifname' } }, data: '@ports' } }]);
-
 /**
  * One Linux bridge per project, joined through the CNI `bridge` + `host-local` plugins (and
  * `loopback`), called directly. Isolation is done with iptables chains of this host tag:
@@ -70,10 +52,10 @@ const PORT_DISPATCH_EXPR = JSON.stringify([{ vmap: { key: { meta: { key: 'iifnam
  *   traffic between two project bridges is dropped; traffic out of the host only when
  *   `outbound` (then masqueraded), and even then never to link-local (cloud metadata), the box
  *   subnet elsewhere, nor the protected destinations (chain `-OUT`); else dropped.
- * - Spoofing, three layers deep. Per box, an nftables chain keyed on its host-side veth lets out
- *   only frames with its own MAC, IPv4 from its own address and ARP claiming its own MAC and
- *   address (table `bridge boxhost_<tag>`); it is the bridge plugin's `macspoofchk` and more
- *   (that one runs `nft` inside every ADD, the slowest step of a create, for a subset). Per
+ * - Spoofing, three layers deep. Per box, the port guard (`portGuard.ts`: set elements keyed on
+ *   its host-side veth, table `bridge boxhost_<tag>`) lets out only frames with its own MAC,
+ *   IPv4 from its own address and ARP claiming its own MAC and address; it is the bridge
+ *   plugin's `macspoofchk` and more (that one runs `nft` inside every ADD, for a subset). Per
  *   bridge, an iptables rule (chain `-SRC`, first in INPUT and FORWARD) drops what does not
  *   come from the project's block, and `rp_filter=1` does the same for what is routed.
  * - The layout (subnet and project prefix) is recorded at the first `init` and held while any
@@ -93,6 +75,7 @@ export class CniNetwork implements NetworkDriver {
   private readonly logger?: DriverLogger;
   private iptablesBin?: string;
   private ip6tablesBin?: string | null;
+  private readonly guard: PortGuard;
 
   constructor(opts: CniNetworkOptions) {
     if (!/^[a-z0-9]{4,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);
@@ -105,6 +88,7 @@ export class CniNetwork implements NetworkDriver {
     this.releaseDir = path.join(this.dataDir, 'cni', 'releasing');
     this.protectedDestinations = opts.protectedDestinations ?? (async () => []);
     this.logger = opts.logger;
+    this.guard = new PortGuard(this.portTable, this.logger);
   }
 
   // ---------------------------------------------------------------- naming
@@ -177,15 +161,9 @@ export class CniNetwork implements NetworkDriver {
     return new SourceRules(() => this.iptables(), this.chainPkg);
   }
 
-  /** The nftables table (family bridge) holding the per-box port chains. */
+  /** The nftables table (family bridge) of the port guard (`portGuard.ts`). */
   get portTable(): string {
     return `boxhost_${this.hostTag}`;
-  }
-
-  /** The box's chain in the port table. */
-  portChain(boxId: string): string {
-    if (!BOX_ID_RE.test(boxId)) throw new Error(`invalid box id ${JSON.stringify(boxId)}`);
-    return `box_${boxId}`;
   }
 
   // ---------------------------------------------------------------- firewall
@@ -214,7 +192,7 @@ export class CniNetwork implements NetworkDriver {
    * on a live host: each chain is compared with what it should hold and rewritten only on a
    * difference. It also repairs what a live host may lack (bridges and boxes made by an older
    * version, a ruleset flushed by hand): the source rule and sysctls of every live bridge, the
-   * port chain of every attached box; and drops those of bridges and boxes that are gone.
+   * port guard of every attached box; and drops those of bridges and ports that are gone.
    */
   async init(): Promise<void> {
     this.guarded.clear();
@@ -451,123 +429,83 @@ export class CniNetwork implements NetworkDriver {
     if (ifindex) this.guarded.set(index, ifindex);
   }
 
-  // ---------------------------------------------------------------- per-box port chains
-
-  private async nftRuleset(): Promise<NftObject[]> {
-    const res = await run(['nft', '-j', 'list', 'ruleset', 'bridge']);
-    return (JSON.parse(res.stdout) as { nftables?: NftObject[] }).nftables ?? [];
-  }
-
-  /** Applies nft commands as one transaction (all or nothing). */
-  private async nft(commands: string[]): Promise<void> {
-    if (commands.length === 0) return;
-    await run(['nft', '-f', '-'], { input: commands.join('\n') + '\n' });
-  }
-
-  /** Box id → the veths the port map sends to its chain. */
-  private portsByBox(rs: NftObject[]): Map<string, string[]> {
-    const out = new Map<string, string[]>();
-    const map = rs.find((o) => o.map?.family === 'bridge' && o.map.table === this.portTable && o.map.name === 'ports')?.map;
-    for (const e of map?.elem ?? []) {
-      if (!Array.isArray(e) || typeof e[0] !== 'string') continue;
-      const target = (e[1] as { jump?: { target?: string } } | undefined)?.jump?.target;
-      if (!target?.startsWith('box_')) continue;
-      const id = target.slice('box_'.length);
-      out.set(id, [...(out.get(id) ?? []), e[0]]);
-    }
-    return out;
-  }
+  // ---------------------------------------------------------------- port guards
 
   /**
-   * The port table: a map from a box's host-side veth to its chain, consulted for every frame
-   * entering a bridge (before br_netfilter and iptables). Made or repaired only on a
-   * difference; then every attached box that lacks its chain gets it back (`livePort`), and
-   * chains of boxes with no netns go. The ruleset is read before the netns list, since a box's
-   * netns exists before its chain and outlives it.
+   * The port guard's table, made or repaired; then every attached box that is not guarded gets
+   * its guard back (`attachedPorts`), and elements of veths that are gone are dropped. The elements
+   * are read before the netns list, since a box's netns exists before its guard and outlives it.
+   * A veth that still exists keeps its elements: it is some box's live port (one joining now,
+   * whose mark is not written yet).
    */
   private async syncPortTable(): Promise<void> {
-    const t = this.portTable;
-    const rs = await this.nftRuleset();
-    const base = rs.filter((o) => o.rule?.family === 'bridge' && o.rule.table === t && o.rule.chain === 'prerouting');
-    const ready =
-      rs.some((o) => o.map?.family === 'bridge' && o.map.table === t && o.map.name === 'ports') &&
-      rs.some((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name === 'prerouting') &&
-      base.length === 1 &&
-      JSON.stringify(base[0].rule?.expr) === PORT_DISPATCH_EXPR;
-    if (!ready) {
-      await this.nft([
-        `add table bridge ${t}`,
-        `add map bridge ${t} ports { type ifname : verdict; }`,
-        `add chain bridge ${t} prerouting { type filter hook prerouting priority -200; policy accept; }`,
-        `flush chain bridge ${t} prerouting`,
-        `add rule bridge ${t} prerouting iifname vmap @ports`,
-      ]);
-      this.logger?.debug({ table: t }, 'port table written');
+    // A table written anew (none, or of another layout) gets every attached box's port in the
+    // same transaction.
+    await this.guard.ensure(async () => (await this.attachedPorts()).map((a) => a.port));
+    const held = await this.guard.elements();
+    for (const { id, port, marked } of await this.attachedPorts()) {
+      if (!held.ports.has(port.veth)) {
+        await this.guard.guard(port);
+        this.logger?.info({ boxId: id, port }, 'port guard restored');
+      }
+      // An attached box's mark names its port in full from now on.
+      if (!marked && (await exists(this.attachedMark(id)))) await this.writeMark(id, port);
     }
-    const covered = this.portsByBox(rs);
-    const chains = rs.filter((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name.startsWith('box_')).map((o) => o.chain!.name.slice('box_'.length));
-    const attached = new Set(await this.listAttached());
-    const unguarded = [...attached].filter((id) => !covered.has(id));
-    const leases = unguarded.length > 0 ? await this.leases() : new Map<string, string>();
-    for (const id of unguarded) {
-      const port = await this.livePort(id, leases);
-      if (!port) continue;
-      await this.protectBox(id, port);
-      this.logger?.info({ boxId: id, port }, 'port chain restored');
-    }
-    for (const id of new Set([...covered.keys(), ...chains])) {
-      if (!attached.has(id) && BOX_ID_RE.test(id)) await this.unprotectBox(id, rs).catch((e) => this.logger?.warn({ boxId: id, err: String(e) }, 'stale port chain not removed'));
+    for (const veth of new Set([...held.ports, ...held.macs.keys(), ...held.addrs.keys()])) {
+      if (!(await exists(`/sys/class/net/${veth}`))) await this.guard.unguard({ veth }).catch((e) => this.logger?.warn({ veth, err: String(e) }, 'stale port guard not removed'));
     }
   }
 
   /**
-   * The box's chain: its frames must carry its MAC, be IPv4 or ARP only (no IPv6 neighbour spoofing, VLAN tags or other L2
-   * protocols), and IPv4 and ARP must claim its own address and MAC: a box can neither use a
-   * neighbour's address nor answer ARP for it or for the gateway. One transaction.
+   * The ports of the boxes attached here: as their marks name them (`marked`), else (a mark of an
+   * older version, or a veth that is not there) as their interfaces and leases are (`livePort`).
    */
-  private async protectBox(boxId: string, port: BoxPort): Promise<void> {
-    if (!IFNAME_RE.test(port.veth) || !MAC_RE.test(port.mac) || !IPV4_RE.test(port.address)) throw new Error(`bad port for ${boxId}: ${JSON.stringify(port)}`);
-    const t = this.portTable;
-    const c = this.portChain(boxId);
-    await this.nft([
-      `add chain bridge ${t} ${c}`,
-      `flush chain bridge ${t} ${c}`,
-      `add rule bridge ${t} ${c} ether saddr != ${port.mac} drop`,
-      `add rule bridge ${t} ${c} ether type != { ip, arp } drop`,
-      `add rule bridge ${t} ${c} arp saddr ether != ${port.mac} drop`,
-      `add rule bridge ${t} ${c} arp saddr ip != ${port.address} drop`,
-      `add rule bridge ${t} ${c} ip saddr != ${port.address} drop`,
-      `add element bridge ${t} ports { "${port.veth}" : jump ${c} }`,
-    ]);
+  private async attachedPorts(): Promise<{ id: string; port: BoxPort; marked: boolean }[]> {
+    const ports: { id: string; port: BoxPort; marked: boolean }[] = [];
+    let leases: Map<string, string> | undefined;
+    for (const id of await this.listAttached()) {
+      const mark = await this.readMark(id);
+      if (mark.veth && mark.mac && mark.address && (await exists(`/sys/class/net/${mark.veth}`))) {
+        ports.push({ id, port: { veth: mark.veth, mac: mark.mac, address: mark.address }, marked: true });
+        continue;
+      }
+      leases ??= await this.leases();
+      const port = await this.livePort(id, leases).catch(() => null);
+      if (port) ports.push({ id, port, marked: false });
+    }
+    return ports;
   }
 
   /**
-   * Removes the box's chain and its map entry for `veth` in one transaction, without listing
-   * the ruleset (which holds a chain per box on the host: listing it made a delete cost grow
-   * with the box count). False, with nothing changed, when that is not all there is (no such
-   * entry or chain, or another entry still jumping to the chain): `unprotectBox` then looks.
+   * Takes a half-made attach's eth0 away, then its guard: the veth is found first (its mark, or
+   * else the veth its eth0 is paired with: a port guarded by a worker that died before writing
+   * the mark), and is gone before its guard is, never up and unguarded (as in `detach`).
    */
-  private async unprotectPort(boxId: string, veth: string): Promise<boolean> {
-    const t = this.portTable;
-    const c = this.portChain(boxId);
-    const res = await run(['nft', '-f', '-'], { input: `delete element bridge ${t} ports { "${veth}" }\nflush chain bridge ${t} ${c}\ndelete chain bridge ${t} ${c}\n`, allowFailure: true });
-    return res.exitCode === 0;
+  private async dropPort(boxId: string, index: number, known?: BoxPort): Promise<void> {
+    let port: Pick<BoxPort, 'veth'> & Partial<BoxPort> | undefined = known;
+    if (!port) {
+      const mark = await this.readMark(boxId);
+      const veth = mark.veth ?? (await this.peerVeth(boxId).catch(() => undefined));
+      if (veth) port = { veth, mac: mark.mac, address: mark.address };
+    }
+    const removed = await this.delEth0(boxId, index).then(
+      () => true,
+      () => false,
+    );
+    // An eth0 that could not be taken away keeps its guard (the next init looks again).
+    if (port && (removed || !(await exists(`/sys/class/net/${port.veth}`)))) await this.guard.unguard(port);
+  }
+
+  /** The host-side veth the box's eth0 is paired with; undefined without one. */
+  private async peerVeth(boxId: string): Promise<string | undefined> {
+    const eth0 = await this.eth0(boxId);
+    if (eth0.peerIndex === null) return undefined;
+    const links = JSON.parse((await run(['ip', '-j', 'link', 'show', 'type', 'veth'])).stdout) as { ifindex: number; ifname: string }[];
+    return links.find((l) => l.ifindex === eth0.peerIndex)?.ifname;
   }
 
   /**
-   * Removes the box's port chain and map entries, whatever they are. Idempotent.
-   */
-  private async unprotectBox(boxId: string, ruleset?: NftObject[]): Promise<void> {
-    const rs = ruleset ?? (await this.nftRuleset());
-    const t = this.portTable;
-    const c = this.portChain(boxId);
-    const cmds = (this.portsByBox(rs).get(boxId) ?? []).map((veth) => `delete element bridge ${t} ports { "${veth}" }`);
-    if (rs.some((o) => o.chain?.family === 'bridge' && o.chain.table === t && o.chain.name === c)) cmds.push(`flush chain bridge ${t} ${c}`, `delete chain bridge ${t} ${c}`);
-    await this.nft(cmds);
-  }
-
-  /**
-   * The port of a box attached without its chain (by an older version, or by a worker that
+   * The port of a box attached without its guard (by an older version, or by a worker that
    * died before making it): veth and MAC as its interfaces are now, the address from its
    * lease, not from eth0. Null when it has no eth0 or no lease (made by `prepare`, not
    * attached yet).
@@ -576,8 +514,7 @@ export class CniNetwork implements NetworkDriver {
     const address = leases.get(boxId);
     const eth0 = await this.eth0(boxId);
     if (!address || !eth0.mac || eth0.peerIndex === null) return null;
-    const links = JSON.parse((await run(['ip', '-j', 'link', 'show', 'type', 'veth'])).stdout) as { ifindex: number; ifname: string }[];
-    const veth = links.find((l) => l.ifindex === eth0.peerIndex)?.ifname;
+    const veth = await this.peerVeth(boxId);
     return veth ? { veth, mac: eth0.mac, address } : null;
   }
 
@@ -622,6 +559,52 @@ export class CniNetwork implements NetworkDriver {
 
   private loopbackConf(): Record<string, unknown> {
     return { cniVersion: CNI_VERSION, name: 'loopback', type: 'loopback' };
+  }
+
+  /** What the node's helper needs to wire (or unwire) the box's eth0 as the plugins would. */
+  private boxNetRequest(boxId: string, index: number): BoxNetRequest {
+    const b = this.layout.block(index);
+    return {
+      netns: this.netnsPath(boxId),
+      containerId: this.netnsName(boxId),
+      ifname: 'eth0',
+      bridge: this.bridgeName(index),
+      leaseDir: path.join(this.ipamDir, this.networkName(index)),
+      subnet: b.cidr,
+      gateway: b.gateway,
+      rangeStart: b.rangeStart,
+      rangeEnd: b.rangeEnd,
+    };
+  }
+
+  /**
+   * The box's eth0 on the project bridge with an address of its block: through the node's
+   * helper over netlink (boxd/boxnet.go: the plugins' work without their two programs, ≈60 ms of
+   * CPU a create here), else the CNI bridge plugin. Answers its port (host-side veth, MAC and
+   * address).
+   */
+  private async addEth0(boxId: string, index: number): Promise<BoxPort> {
+    const native = await boxNet(this.boxNetRequest(boxId, index));
+    if (native) {
+      if (!native.hostVeth || !native.mac || !/^\d+\.\d+\.\d+\.\d+\//.test(native.address)) throw new Error(`the helper did not name the veth, MAC and address of ${boxId}`);
+      return { veth: native.hostVeth, mac: native.mac, address: native.address.split('/')[0] };
+    }
+    const result = await this.cni('ADD', this.bridgeConf(index), boxId, 'eth0');
+    const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
+    const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
+    if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);
+    const ifaces = (result.interfaces ?? []) as { name: string; mac?: string; sandbox?: string }[];
+    const veth = ifaces.find((i) => !i.sandbox && i.name !== this.bridgeName(index))?.name;
+    const mac = ifaces.find((i) => i.sandbox && i.name === 'eth0')?.mac;
+    if (!veth || !mac) throw new Error(`CNI bridge did not name the veth and MAC of ${boxId}`);
+    return { veth, mac, address: v4.address.split('/')[0] };
+  }
+
+  /** Removes the box's eth0 (when its netns is there) and frees its lease: the helper, else the
+   *  CNI plugin's DEL. Idempotent. */
+  private async delEth0(boxId: string, index: number): Promise<void> {
+    if (await boxNet({ ...this.boxNetRequest(boxId, index), delete: true })) return;
+    await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0');
   }
 
   /** Execs a CNI plugin: the conf on stdin, the parameters in the environment. */
@@ -700,39 +683,31 @@ export class CniNetwork implements NetworkDriver {
       }
       // Half made (a worker died mid-way): undo and start over. A netns that `prepare` made
       // has no eth0 yet and goes straight to ADD.
-      if (eth0.present) {
-        await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
-        await this.unprotectBox(boxId);
-      }
+      if (eth0.present) await this.dropPort(boxId, index);
     } else {
       await this.prepare(boxId);
     }
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     const t0 = Date.now();
+    let guarded: BoxPort | undefined;
     try {
       // lo and eth0 are independent interfaces of the netns: brought up side by side (lo only
       // when the runtime did not make the netns with it up).
-      const [, result] = await Promise.all([opts.loopbackUp ? null : this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.cni('ADD', this.bridgeConf(index), boxId, 'eth0')]);
-      const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
-      const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
-      if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);
-      const ifaces = (result.interfaces ?? []) as { name: string; mac?: string; sandbox?: string }[];
-      const veth = ifaces.find((i) => !i.sandbox && i.name !== this.bridgeName(index))?.name;
-      const mac = ifaces.find((i) => i.sandbox && i.name === 'eth0')?.mac;
-      if (!veth || !mac) throw new Error(`CNI bridge did not name the veth and MAC of ${boxId}`);
-      await this.checkBridgeKept(index, veth);
+      const [, port] = await Promise.all([opts.loopbackUp ? null : this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.addEth0(boxId, index)]);
+      await this.checkBridgeKept(index, port.veth);
       await this.guardBridge(index);
-      const address = v4.address.split('/')[0];
-      await this.protectBox(boxId, { veth, mac, address });
-      await fs.promises.mkdir(path.dirname(this.attachedMark(boxId)), { recursive: true, mode: 0o700 });
-      await fs.promises.writeFile(this.attachedMark(boxId), `${address}\n${veth}\n`, { mode: 0o600 });
+      const address = port.address;
+      guarded = port;
+      await this.guard.guard(guarded);
+      await this.writeMark(boxId, guarded);
       this.logger?.debug({ boxId, index, ms: Date.now() - t0 }, 'cni add');
       return { netnsPath, address, gateway };
     } catch (e) {
       // Undo the plugins' work but keep the netns: the container may already be in it
       // (BoxSteps starts it side by side), and the retry joins that same netns again.
-      await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0').catch(() => undefined);
-      await this.unprotectBox(boxId).catch(() => undefined);
+      // Its guard too, while the veth is there to be found (an earlier try's, left by a worker
+      // that died before writing the mark, is keyed on the veth eth0 still has).
+      await this.dropPort(boxId, index, guarded).catch(() => undefined);
       throw e;
     }
   }
@@ -762,30 +737,37 @@ export class CniNetwork implements NetworkDriver {
     return false;
   }
 
-  /** Written once a box is attached and guarded (its address and host-side veth); removed by
-   *  its detach. */
+  /** Written once a box is attached and guarded (its address, host-side veth and MAC, a line
+   *  each); removed by its detach. */
   private attachedMark(boxId: string): string {
     return path.join(this.dataDir, 'cni', 'attached', boxId);
   }
 
-  /** The veth the box's mark names; undefined without a mark or for one of an older version
-   *  (the address alone). */
-  private async markedVeth(boxId: string): Promise<string | undefined> {
-    const [, veth] = (await fs.promises.readFile(this.attachedMark(boxId), 'utf8').catch(() => '')).split('\n');
-    return veth && IFNAME_RE.test(veth) ? veth : undefined;
+  private async writeMark(boxId: string, port: BoxPort): Promise<void> {
+    await fs.promises.mkdir(path.dirname(this.attachedMark(boxId)), { recursive: true, mode: 0o700 });
+    await fs.promises.writeFile(this.attachedMark(boxId), `${port.address}\n${port.veth}\n${port.mac}\n`, { mode: 0o600 });
+  }
+
+  /** What the box's mark names; a field is undefined without a mark, or for a mark of an older
+   *  version (the address alone, or without the MAC). */
+  private async readMark(boxId: string): Promise<{ address?: string; veth?: string; mac?: string }> {
+    const [address, veth, mac] = (await fs.promises.readFile(this.attachedMark(boxId), 'utf8').catch(() => '')).split('\n');
+    return { address: address || undefined, veth: veth && IFNAME_RE.test(veth) ? veth : undefined, mac: mac && MAC_RE.test(mac) ? mac : undefined };
   }
 
   async detach(boxId: string, net: ProjectNetwork): Promise<void> {
     const t0 = Date.now();
-    const veth = await this.markedVeth(boxId);
+    const mark = await this.readMark(boxId);
+    // A port guarded by a worker that died before its mark: found from eth0 while it is there.
+    const veth = mark.veth ?? (await this.peerVeth(boxId));
     // Before DEL frees the address: a box given it next must not inherit a build's opening.
     await this.sourceRules.close(boxId);
     await fs.promises.rm(this.attachedMark(boxId), { force: true });
     // DEL works (and frees the address) whether or not the netns is still there. A network
     // outside the layout holds no lease (the layout lock): nothing to free.
-    if (this.layout.has(net.index)) await this.cni('DEL', this.bridgeConf(net.index), boxId, 'eth0');
-    // After DEL: the veth is gone, so dropping its chain opens nothing.
-    if (!veth || !(await this.unprotectPort(boxId, veth))) await this.unprotectBox(boxId);
+    if (this.layout.has(net.index)) await this.delEth0(boxId, net.index);
+    // After DEL: the veth is gone, so dropping its guard opens nothing.
+    if (veth) await this.guard.unguard({ veth, mac: mark.mac, address: mark.address });
     const res = await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
     if (res.exitCode !== 0 && (await this.netnsExists(boxId))) {
       throw new CommandError(['ip', 'netns', 'delete', this.netnsName(boxId)], res.exitCode, res.stdout, res.stderr);
@@ -887,8 +869,7 @@ export class CniNetwork implements NetworkDriver {
       await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
       await this.removeChain(ipt, 'filter', this.chainPkg, []);
     }
-    const rs = await this.nftRuleset().catch(() => null);
-    if (rs?.some((o) => o.table?.family === 'bridge' && o.table.name === this.portTable)) await this.nft([`delete table bridge ${this.portTable}`]);
+    await this.guard.drop().catch((e) => this.logger?.warn({ err: String(e) }, 'port guard table not removed'));
     this.guarded.clear();
     await fs.promises.rm(path.join(this.dataDir, 'cni'), { recursive: true, force: true });
   }

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { BaseRef, BoxSnapshotInfo, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
-import { StorageInUseError } from './zfs';
+import { StorageInUseError } from './errors';
 import { WithFaults } from '../mockFaults';
 
 /** A box root as the mock keeps it: no files, only where it came from and its quota. */

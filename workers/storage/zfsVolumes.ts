@@ -18,8 +18,8 @@ import { spawn } from 'node:child_process';
 import { pipeline } from 'node:stream/promises';
 import { CommandError } from '../../core/command';
 import { FollowWriter, removeParts } from './followWriter';
-import type { BackupStreamInfo, BoxSnapshotInfo, IdMap, VolumeDriver, VolumeInfo } from '../drivers';
-import { DESCRIPTION_PROP, isExists, isMissing, lines, quotaArg, snapName, StorageInUseError, USER_SNAPSHOT, type ZfsKit } from './zfs';
+import type { BackupStreamInfo, IdMap, VolumeDriver, VolumeInfo } from '../drivers';
+import { DESCRIPTION_PROP, isExists, lines, quotaArg, snapName, StorageInUseError, USER_SNAPSHOT, type ZfsKit } from './zfs';
 
 const BACKUP_PREFIX = '_bk-';
 const RESTORED_PROP = 'boxhost:restored';
@@ -91,24 +91,7 @@ export class ZfsVolumes implements VolumeDriver {
   }
 
   async info(id: string): Promise<VolumeInfo> {
-    const ds = this.dataset(id);
-    const r = await this.k.zfs(['list', '-H', '-o', 'name', '-t', 'snapshot', '-r', '-d', '1', ds], true);
-    if (r.exitCode !== 0) {
-      if (isMissing(r.stderr)) throw new Error(`volume ${id} does not exist`);
-      throw new CommandError([this.k.zfsBin, 'list', ds], r.exitCode, r.stdout, r.stderr);
-    }
-    const snaps = lines(r.stdout).filter((s) => s.startsWith(`${ds}@`) && !snapName(s).startsWith('_'));
-    const props = await this.k.props([ds, ...snaps], ['creation', 'used', DESCRIPTION_PROP], true);
-    const snapshots: BoxSnapshotInfo[] = snaps.map((s) => {
-      const description = props.get(s)?.get(DESCRIPTION_PROP);
-      return {
-        name: snapName(s),
-        createdAt: new Date(Number(props.get(s)?.get('creation') ?? 0) * 1000).toISOString(),
-        sizeBytes: Number(props.get(s)?.get('used') ?? 0),
-        ...(description !== undefined ? { description } : {}),
-      };
-    });
-    return { usedBytes: Number(props.get(ds)?.get('used') ?? 0), snapshots };
+    return this.k.userSnapshots(this.dataset(id), `volume ${id} does not exist`);
   }
 
   async snapshotVolume(id: string, snapshot: string, description?: string): Promise<void> {

@@ -26,11 +26,6 @@ export const mountPath = () =>
     .custom((v: string, helpers) => (FORBIDDEN_MOUNT_PATHS.includes(normalisePath(v)) ? helpers.error('any.invalid') : normalisePath(v)))
     .messages({ 'string.pattern.base': 'must be an absolute path', 'any.invalid': `must not be one of ${FORBIDDEN_MOUNT_PATHS.join(' ')}` });
 
-/** A stop holds a worker slot for up to the grace period: 5 minutes is the most a box may ask
- *  for (docs/decisions.md "Exec"). Create takes no grace period (the spec's body has none): a new
- *  box gets 10 s. */
-export const MAX_GRACE_PERIOD_SECS = 300;
-
 export const configSchema = Joi.object({
   cpus: Joi.number().integer().min(1).max(64),
   ram_mb: Joi.number().integer().min(64).max(1024 * 1024),

@@ -2,7 +2,8 @@ import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { stringMap } from '../../http/schemas';
 import { updateBox, UpdateBoxRequest } from '../../../domain/boxes';
-import { boxParams, BoxParams, boxSchema, configSchema, MAX_GRACE_PERIOD_SECS } from './schemas';
+import { boxParams, BoxParams, boxSchema, configSchema } from './schemas';
+import { MAX_STOP_GRACE_SECS } from '../../../core/box';
 
 export default defineRoute<UpdateBoxRequest, unknown, BoxParams>({
   method: 'put',
@@ -13,8 +14,8 @@ export default defineRoute<UpdateBoxRequest, unknown, BoxParams>({
   body: Joi.object({
     config: configSchema.fork(['region', 'storage_gb'], (s) => s.forbidden()),
     tags: stringMap(),
-    termination_grace_period_seconds: Joi.number().integer().min(0).max(MAX_GRACE_PERIOD_SECS)
-      .description(`seconds between SIGTERM and SIGKILL at stop; at most ${MAX_GRACE_PERIOD_SECS}`),
+    termination_grace_period_seconds: Joi.number().integer().min(0).max(MAX_STOP_GRACE_SECS)
+      .description(`seconds between SIGTERM and SIGKILL at stop; at most ${MAX_STOP_GRACE_SECS}`),
   }),
   responses: { 200: { description: 'the box', schema: boxSchema }, 404: { description: 'no such box' }, 409: { description: 'being deleted' } },
   handler: async ({ api, identity, params, body }) => ({ body: await updateBox(api, identity, params.project, params.name, body) }),

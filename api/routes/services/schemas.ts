@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import { name, projectParam, stringMap } from '../../http/schemas';
+import { MAX_STOP_GRACE_SECS } from '../../../core/box';
 
 export const serviceParams = Joi.object({ project: projectParam.required(), name: name().required(), service: name().required() });
 export type ServiceParams = { project: string; name: string; service: string };
@@ -9,7 +10,6 @@ export const signalName = () => Joi.string().pattern(/^(SIG)?(HUP|INT|QUIT|KILL|
 
 export const port = () => Joi.number().integer().min(0).max(65535);
 
-export const MAX_GRACE_SECS = 3600;
 export const MAX_READY_SECS = 600;
 
 /** What a publish call may ask besides its port (box and service publishes alike). */
@@ -45,7 +45,7 @@ export const serviceStartBody = Joi.object({
   }),
   restart: Joi.valid('always', 'on-failure', 'never'),
   secret_env: Joi.array().items(Joi.string().max(256)).unique(),
-  stop: Joi.object({ grace_secs: Joi.number().integer().min(0).max(MAX_GRACE_SECS), signal: signalName() }),
+  stop: Joi.object({ grace_secs: Joi.number().integer().min(0).max(MAX_STOP_GRACE_SECS), signal: signalName() }),
   tags: stringMap(),
   user: Joi.string().pattern(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$/).messages({ 'string.pattern.base': 'must be a user name or uid, optionally :group' }),
 }).label('ServiceStart');

@@ -1,0 +1,44 @@
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * Which process a temp dir of the suite belongs to: the sweep (test/helpers/sweep.ts) leaves a
+ * dir alone while its owner runs, so a sweep started beside a running suite, a bench-like script
+ * or another developer's test never tears down a live test host under it. The owner is named by
+ * pid and start time (a pid reused by another process is not the owner). A test process that
+ * hangs on keeps its dirs until it is killed, under CI too.
+ */
+const OWNER_FILE = '.owner';
+
+/** The process's start time (field 22 of /proc/<pid>/stat, counted after the command name, which
+ *  may hold spaces); null when it is gone or a zombie (dead, not yet reaped). */
+function startTime(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields[0] === 'Z' || fields[0] === 'X') return null;
+    return fields[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Marks `dir` as this process's; returns it. */
+export function claimDir(dir: string): string {
+  fs.writeFileSync(path.join(dir, OWNER_FILE), `${process.pid} ${startTime(process.pid)}\n`);
+  return dir;
+}
+
+/** The pid of the running process that claimed `dir`, else null (none claimed it, or it ended). */
+export function liveOwner(dir: string): number | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(path.join(dir, OWNER_FILE), 'utf8');
+  } catch {
+    return null;
+  }
+  const [pid, start] = text.trim().split(' ');
+  const n = Number(pid);
+  if (!Number.isInteger(n) || n <= 0 || n === process.pid) return null;
+  return start && startTime(n) === start ? n : null;
+}
