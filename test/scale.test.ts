@@ -81,7 +81,7 @@ t.test(`${N} boxes in one project on one node`, async (t) => {
   await t.test('the next one is refused up front, with no operation', async (t) => {
     const before = await rowCounts(host.db);
     const next = await host.call('POST', `${P}/scale/boxes?wait=60`, { body: { name: 'one-more', config: SMALL } });
-    t.equal(next.status, 429);
+    t.equal(next.status, 429, next.text);
     t.same(next.body, {
       error: { code: 'rate_limited', message: `project scale is at its quota: boxes ${N} of ${N} used, 1 more asked`, details: [{ field: 'quota.boxes', issue: `over the project's quota of ${N}` }] },
     });

@@ -34,8 +34,9 @@ async function hangDaemon(t: Test): Promise<number> {
 }
 
 t.test('the storage watchdog brings a dead or hung storage daemon back, with the boxes on it', async (t) => {
-  // Looks every second; no answer for 8 s counts as hung.
-  const host = await startTestHost(t, { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '8' });
+  // Looks every second; no answer for 8 s counts as hung. A heartbeat every 30 s: what the node
+  // row says of its storage during and right after a recovery comes from the recovery itself.
+  const host = await startTestHost(t, { BOXHOST_STORAGE_WATCHDOG_SECS: '1', BOXHOST_STORAGE_HANG_SECS: '8', BOXHOST_HEARTBEAT_SECS: '30', BOXHOST_NODE_TIMEOUT_SECS: '300' });
   const P = '/v1/projects/wd/boxes';
   const exec = (name: string, command: string[]) => host.call('POST', `${P}/${name}/exec`, { body: { command, timeout_secs: 20 } });
   for (const name of ['a', 'b']) t.equal((await host.call('POST', `${P}?wait=120`, { body: { name } })).body.status, 'running', `box ${name} runs`);
@@ -52,11 +53,15 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
     let healthy = false;
     let ok = false;
     let sawReason = false;
+    let sawUnhealthy = false;
+    let healthyAt = 0;
     let lastRead = '';
     while (Date.now() - t0 < 60_000) {
       const [h, box] = await Promise.all([host.call('GET', '/healthz', { token: null }), host.call('GET', `${P}/a`)]);
       if (box.body?.error === RECOVERING_REASON) sawReason = true;
       healthy = h.status === 200;
+      if (!healthy && h.body?.checks?.storage === 'error') sawUnhealthy = true;
+      if (healthy && sawUnhealthy && !healthyAt) healthyAt = Date.now();
       if (healthy && box.body?.status === 'running' && box.body?.error === null) {
         const r = await exec('a', ['cat', '/root/data']);
         lastRead = r.text;
@@ -82,7 +87,13 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
     const node = (await host.call('GET', `/v1/nodes/${host.config.nodeId}`)).body;
     t.equal(node.storage, 'ok', `${how}: the node reports its storage ok`);
     t.ok(host.logs.some((l) => /storage (died|hung)/.test(String(l.msg))), `${how}: the watchdog logged what it saw`);
-    t.ok(host.logs.some((l) => l.msg === 'storage recovery done'), `${how}: and the recovery`);
+    const done = host.logs.filter((l) => l.msg === 'storage recovery done');
+    t.equal(done.length, n, `${how}: and the recovery`);
+    // Placement reads the node row: it says `error` while the node recovers and `ok` as soon as
+    // it is done, not a heartbeat (30 s here) later.
+    t.ok(sawUnhealthy, `${how}: /healthz said the storage was failing while the node recovered`);
+    const lag = healthyAt - Number(done[n - 1]?.time);
+    t.ok(healthyAt > 0 && lag < 5000, `${how}: and healthy again within 5 s of the recovery's end (${healthyAt ? `${lag} ms` : 'not seen'})`);
     // A new box and a delete work on the restarted storage.
     t.equal((await host.call('POST', `${P}?wait=120`, { body: { name: `after-${n}` } })).body.status, 'running', `${how}: a new box can be made`);
     t.equal((await host.call('DELETE', `${P}/after-${n}?wait=120`)).status, 204, `${how}: and deleted`);

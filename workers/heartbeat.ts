@@ -5,6 +5,9 @@ import { NodeRegistration, nodesRepo } from '../db/repos/nodes';
 import type { LocalNode } from './agent/localNode';
 
 export interface Heartbeat {
+  /** A beat now (after the one under way, if any): for a change of the node's storage that
+   *  placement must see before the next scheduled beat, such as the end of a storage recovery. */
+  beat(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -83,6 +86,10 @@ export async function startHeartbeat(
   };
   schedule();
   return {
+    beat() {
+      beat = beat.then(() => (stopped ? undefined : tick()));
+      return beat;
+    },
     async stop() {
       stopped = true;
       clearTimeout(timer);

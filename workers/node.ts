@@ -142,6 +142,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
     }).catch((e) => log.warn({ err: String(e) }, 'could not sweep moved volumes'))));
 
     let agent: Agent | undefined;
+    let heartbeat: Heartbeat | undefined;
     if (opts.role === 'node') {
       if (config.clusterSecret) {
         agent = await startAgent({
@@ -168,8 +169,8 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
         diskBytes: await drivers.storage.capacityBytes(),
         rootLimit: await drivers.storage.rootLimit(),
       });
-      const heartbeat: Heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log, () => drivers.storage.rootLimit());
-      closers.push(() => heartbeat.stop());
+      heartbeat = await startHeartbeat(db, local, registration, config.heartbeatMs, log, () => drivers.storage.rootLimit());
+      closers.push(() => heartbeat!.stop());
     }
     // One watchdog per machine's node: a `worker` process beside it leaves the storage to it.
     let watchdog: StorageWatchdog | undefined;
@@ -179,7 +180,17 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
         log,
         intervalMs: config.storageWatchdog.intervalMs,
         hangMs: config.storageWatchdog.hangMs,
-        recover: async (why) => void (await recoverStorage(ctx, worker, local, why)),
+        // The node row says so at once, both ways: no box is placed on a node that is
+        // recovering, and none is refused for the stale `error` of a recovery that is over.
+        recover: async (why) => {
+          const recovery = recoverStorage(ctx, worker, local, why);
+          void heartbeat?.beat();
+          try {
+            await recovery;
+          } finally {
+            await heartbeat?.beat();
+          }
+        },
       });
       // Stopped first on close: no recovery may start on a node that is going away.
       closers.push(() => watchdog!.stop());
