@@ -229,13 +229,14 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   };
   try {
     const operation = await ctx.db.transaction(async (trx) => {
-      await ensureProject(ctx, trx, project);
+      // Read (or made) once, locked: the quota and address checks below count under its lock.
+      const projectRow = await ensureProject(ctx, trx, project, { lock: true });
       // Volumes with no project yet join this one: their quota counts with the box's.
       const joining = volumes.filter((v) => v.vol.project === null);
       const need = needOf(config);
-      await assertQuota(ctx, trx, project, { boxes: 1, ...need, storage_gb: need.storage_gb + joining.reduce((n, v) => n + v.vol.quota_gb, 0), volumes: joining.length });
+      await assertQuota(ctx, trx, projectRow, { boxes: 1, ...need, storage_gb: need.storage_gb + joining.reduce((n, v) => n + v.vol.quota_gb, 0), volumes: joining.length });
       // After the quota check has locked the project row: creates at the edge count in turn.
-      await assertAddressRoom(ctx, trx, project, node);
+      await assertAddressRoom(ctx, trx, projectRow, node);
       await ctx.nodes.assertRootRoom(trx, node, needOf(config));
       for (const [i, v] of volumes.entries()) {
         const vol = await volumesRepo.lock(trx, v.vol.id);

@@ -101,7 +101,9 @@ export class NodeDirectory {
 
   private rows(fresh = false): Promise<NodeRow[]> {
     if (fresh || !this.cache || Date.now() - this.cache.at > CACHE_MS) {
-      const rows = nodesRepo.list(this.db);
+      // A real promise: a knex builder runs its query again at each `then` (the `catch` below
+      // and every caller's await did, so the cache saved nothing).
+      const rows: Promise<NodeRow[]> = Promise.resolve(nodesRepo.list(this.db));
       this.cache = { at: Date.now(), rows };
       rows.catch(() => (this.cache = undefined));
     }

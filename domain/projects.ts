@@ -55,13 +55,20 @@ export async function setProjectQuotas(ctx: DomainContext, name: string, quotas:
   return show(ctx, (await projectsRepo.get(ctx.db, name))!);
 }
 
+/** The project's row locked in the transaction `db` (FOR UPDATE on Postgres): read so, or
+ *  handed in by a caller that read it so (`ensureProject(…, { lock: true })`). */
+async function lockedRow(db: Db, projectOrRow: string | ProjectRow): Promise<[string, ProjectRow | undefined]> {
+  if (typeof projectOrRow !== 'string') return [projectOrRow.name, projectOrRow];
+  return [projectOrRow, await projectsRepo.get(db, projectOrRow, { lock: true })];
+}
+
 /**
  * Refuses (429 `rate_limited`, with Retry-After) what would take a project past a quota:
  * `more` is what is about to be added. Run it inside the transaction that adds it, after
  * locking the project row, so concurrent requests are counted one after the other.
  */
-export async function assertQuota(ctx: Pick<DomainContext, 'config'>, db: Db, project: string, more: { boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes?: number }): Promise<void> {
-  const row = await projectsRepo.get(db, project, { lock: true });
+export async function assertQuota(ctx: Pick<DomainContext, 'config'>, db: Db, projectOrRow: string | ProjectRow, more: { boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes?: number }): Promise<void> {
+  const [project, row] = await lockedRow(db, projectOrRow);
   const q = quotasOf(ctx, row);
   const used = await projectsRepo.usage(db, project);
   const over = (['boxes', 'cpus', 'ram_mb', 'storage_gb', 'volumes'] as const).filter((k) => (more[k] ?? 0) > 0 && used[k] + (more[k] ?? 0) > q[k]);
@@ -87,11 +94,12 @@ export function layoutOf(ctx: Pick<DomainContext, 'config'>): NetLayout {
 }
 
 /** The project's row, made with its network index when it is new; 409 when the layout has no
- *  index left (a project keeps its block for good). */
-export async function ensureProject(ctx: Pick<DomainContext, 'config'>, db: Db, name: string): Promise<ProjectRow> {
+ *  index left (a project keeps its block for good). `lock`: read FOR UPDATE (Postgres), for a
+ *  transaction that hands the row on to `assertQuota` and `assertAddressRoom`. */
+export async function ensureProject(ctx: Pick<DomainContext, 'config'>, db: Db, name: string, opts: { lock?: boolean } = {}): Promise<ProjectRow> {
   const layout = layoutOf(ctx);
   try {
-    return await projectsRepo.ensure(db, name, layout.maxProjects);
+    return await projectsRepo.ensure(db, name, layout.maxProjects, opts);
   } catch (e) {
     if (!(e instanceof NoFreeNetIndex)) throw e;
     const wider = layout.widened();
@@ -134,8 +142,8 @@ export async function nodesWithoutAddress(ctx: Pick<DomainContext, 'config' | 'd
  * the box, after the project row is locked (`assertQuota`), so two creates at the edge are
  * counted one after the other.
  */
-export async function assertAddressRoom(ctx: Pick<DomainContext, 'config'>, db: Db, project: string, node: string): Promise<void> {
-  const row = await projectsRepo.get(db, project, { lock: true });
+export async function assertAddressRoom(ctx: Pick<DomainContext, 'config'>, db: Db, projectOrRow: string | ProjectRow, node: string): Promise<void> {
+  const [project, row] = await lockedRow(db, projectOrRow);
   if (!row) return;
   const why = noAddress(layoutOf(ctx), row, node, (await projectsRepo.boxesByNode(db, project)).get(node) ?? 0);
   if (why) throw conflict(why);

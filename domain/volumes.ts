@@ -132,8 +132,7 @@ export async function createVolume(ctx: DomainContext, identity: Identity, req: 
     op = await ctx.db.transaction(async (trx) => {
       if (project !== null) {
         // The project's row is what the quota check locks: made first, so creates at the edge count in turn.
-        await ensureProject(ctx, trx, project);
-        await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: quotaGb, volumes: 1 });
+        await assertQuota(ctx, trx, await ensureProject(ctx, trx, project, { lock: true }), { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: quotaGb, volumes: 1 });
       }
       await volumesRepo.insert(trx, row);
       return enqueueVolumeJob(ctx, trx, row, dataJobs.create.of({ volumeId: row.id, quotaGb }), identity);

@@ -22,8 +22,10 @@ export const createBoxJob = defineJob({
     await node.createRoot(box, payload.source);
     await progress(50);
     if ((await boxesRepo.byId(db, box.id))?.status !== 'creating') return;
-    await node.start(box);
-    if (await boxesRepo.markCreated(db, box.id)) await recordBoxEvent(db, box, 'box.created', { operationId, operation });
+    // The address goes on the row with `running` (a retry after a crash between the two takes
+    // the same lease again).
+    const address = await node.start(box, { recordAddress: false });
+    if (await boxesRepo.markCreated(db, box.id, address)) await recordBoxEvent(db, box, 'box.created', { operationId, operation });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */
   async onFailed({ payload, db, node, log, operationId }, error) {

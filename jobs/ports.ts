@@ -10,8 +10,9 @@ import type { ServiceStartRequest } from '../core/apiTypes';
 export interface BoxHost {
   /** Clones the box's root from `source` (with its storage quota) and makes its empty netns. */
   createRoot(box: BoxRecord, source: RootSource): Promise<void>;
-  /** Starts the container and joins it to the project network; records the box's address. */
-  start(box: BoxRecord): Promise<void>;
+  /** Starts the container and joins it to the project network; answers the box's address and
+   *  records it on the row unless `recordAddress` is false (a create writes it with `running`). */
+  start(box: BoxRecord, opts?: { recordAddress?: boolean }): Promise<string>;
   /** SIGTERM, SIGKILL after the box's grace period; the root is kept. */
   stop(box: BoxRecord): Promise<void>;
   /** Takes a snapshot of the box's root; a running box is paused for its instant and resumed

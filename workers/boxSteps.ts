@@ -37,12 +37,21 @@ export interface BoxStepsDeps {
  * time.
  */
 export class BoxSteps implements BoxHost {
+  /** project → its network index (`projectNetwork`). */
+  private readonly netIndexes = new Map<string, number>();
+
   constructor(private readonly d: BoxStepsDeps) {}
 
+  /** A project keeps its network index for good (projects are never deleted, and the index is
+   *  set once, when its row is made): read once per process. */
   private async projectNetwork(project: string): Promise<ProjectNetwork> {
-    const p = await projectsRepo.get(this.d.db, project);
-    if (!p) throw new Error(`project ${project} has no network record`);
-    return { index: p.net_index };
+    let index = this.netIndexes.get(project);
+    if (index === undefined) {
+      const p = await projectsRepo.get(this.d.db, project);
+      if (!p) throw new Error(`project ${project} has no network record`);
+      this.netIndexes.set(project, (index = p.net_index));
+    }
+    return { index };
   }
 
   /** The root (in the project's id range) and the netns (in the box's user namespace) do not
@@ -70,7 +79,7 @@ export class BoxSteps implements BoxHost {
    * netns while the CNI plugins wire that netns to the project bridge: the two do not depend on
    * each other, and the box counts as started only when both are done.
    */
-  async start(box: BoxRecord): Promise<void> {
+  async start(box: BoxRecord, opts: { recordAddress?: boolean } = {}): Promise<string> {
     // Every await before the last Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
@@ -102,8 +111,9 @@ export class BoxSteps implements BoxHost {
       crashPoint('start:container'); // the network may be half wired beside it
     })();
     const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net, { loopbackUp })]);
-    if (box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
+    if (opts.recordAddress !== false && box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
     crashPoint('start:done');
+    return attachment.address;
   }
 
   /** The box's data volumes as bind mounts (docs/data.md: attach and detach act at the next

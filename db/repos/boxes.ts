@@ -88,7 +88,8 @@ export const boxesRepo = {
   },
   insert: (db: Db, b: BoxRecord) => db<BoxRow>('boxes').insert(encode(b) as BoxRow),
   /** creating → running, only from creating (a delete that came meanwhile keeps its status). */
-  markCreated: (db: Db, id: string) => db<BoxRow>('boxes').where({ id, status: 'creating' }).update({ status: 'running', error: null, updated_at: now() }),
+  /** creating → running, with the address its start took (one write). */
+  markCreated: (db: Db, id: string, address: string) => db<BoxRow>('boxes').where({ id, status: 'creating' }).update({ status: 'running', error: null, address, updated_at: now() }),
   update: (db: Db, id: string, patch: Partial<BoxRecord>) => db<BoxRow>('boxes').where({ id }).update({ ...encode(patch), updated_at: now() }),
   /** The row and what hangs on it (its publishes). */
   remove: async (db: Db, id: string) => {

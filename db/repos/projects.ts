@@ -38,13 +38,14 @@ export const projectsRepo = {
     return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0), volumes: Number(vols?.n ?? 0) };
   },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
-  /** Projects come into being with their first box; this finds or makes one, with the lowest
+  /** Projects come into being with their first box; this finds (`lock`: as `get`) or makes one
+   *  (a row this transaction inserted is its own until it commits), with the lowest
    *  free network index below `maxProjects` (NoFreeNetIndex when none is). Two first boxes of
    *  new projects at once can pick the same index: the loser's insert fails on the unique index
    *  inside a savepoint (so a Postgres transaction around it stays usable) and it looks again. */
-  async ensure(db: Db, name: string, maxProjects: number): Promise<ProjectRow> {
+  async ensure(db: Db, name: string, maxProjects: number, opts: { lock?: boolean } = {}): Promise<ProjectRow> {
     for (let attempt = 0; ; attempt++) {
-      const existing = await projectsRepo.get(db, name);
+      const existing = await projectsRepo.get(db, name, opts);
       if (existing) return existing;
       const used = new Set((await db<ProjectRow>('projects').pluck('net_index')) as number[]);
       let index = 0;
