@@ -4,7 +4,7 @@ import { resolveBase } from './baseResolve';
 import { operationsRepo, type OperationRow } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
-import { conflict, forbidden, invalidField, notFound } from '../core/errors';
+import { BoxhostError, conflict, forbidden, invalidField, notFound } from '../core/errors';
 import type { Box, Publish } from '../core/apiTypes';
 import { publishesRepo } from '../db/repos/publishes';
 import { toPublish, urlSettings } from './publishView';
@@ -122,6 +122,8 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
   return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config };
 }
 
+/** What a node refuses a new box with when it cannot take it now (down, full, no address). */
+const NO_ROOM_CODES: ReadonlySet<string> = new Set(['unavailable', 'insufficient_storage', 'conflict']);
 const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: c.storage_gb });
 
 /** The create rules of the spec that need more than the schema (pack, lifecycle and env_from
@@ -170,37 +172,45 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   let source: RootSource;
   let base: string | null;
   let node: string;
-  let config: BoxConfig;
-  if (req.fork) {
-    // A fork holds its source's files: it takes its source's config unless the request says
-    // otherwise, and stays in its region (on its node).
-    const fork = await resolveFork(ctx, project, req.fork);
-    if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
-    ({ source, base, node } = fork);
-    config = { ...fork.config, ...(req.config ?? {}) };
-    await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
-  } else {
-    config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
-    const spec = req.base ?? ctx.config.defaultBase;
-    const pending = instance?.pendingBase;
-    const row = pending ? { name: pending.name, version: pending.version, node: pending.node } : await resolveBase(ctx, identity, spec, project);
-    if (!row) throw invalidField('base', `base ${spec} does not exist`);
-    source = { kind: 'base', base: { name: row.name, version: row.version } };
-    base = `${row.name}@${row.version}`;
-    if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${row.name}@${row.version} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
-    if (row.node || volumeNode) {
-      // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box
-      // with data volumes goes where they are (docs/data.md).
-      node = row.node ?? volumeNode!;
-      if (req.config?.region && req.config.region !== (await ctx.nodes.get(node)).region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${(await ctx.nodes.get(node)).region}`);
-      await ctx.nodes.assertUp(node);
+  // Set once known: a placement refusal checks the quota with it.
+  let config!: BoxConfig;
+  try {
+    if (req.fork) {
+      // A fork holds its source's files: it takes its source's config unless the request says
+      // otherwise, and stays in its region (on its node).
+      const fork = await resolveFork(ctx, project, req.fork);
+      if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
+      ({ source, base, node } = fork);
+      config = { ...fork.config, ...(req.config ?? {}) };
       await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
-      const full = (await nodesWithoutAddress(ctx, project)).get(node);
-      if (full) throw conflict(full);
     } else {
-      // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
-      node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
+      config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
+      const spec = req.base ?? ctx.config.defaultBase;
+      const pending = instance?.pendingBase;
+      const row = pending ? { name: pending.name, version: pending.version, node: pending.node } : await resolveBase(ctx, identity, spec, project);
+      if (!row) throw invalidField('base', `base ${spec} does not exist`);
+      source = { kind: 'base', base: { name: row.name, version: row.version } };
+      base = `${row.name}@${row.version}`;
+      if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${row.name}@${row.version} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
+      if (row.node || volumeNode) {
+        // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box
+        // with data volumes goes where they are (docs/data.md).
+        node = row.node ?? volumeNode!;
+        if (req.config?.region && req.config.region !== (await ctx.nodes.get(node)).region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${(await ctx.nodes.get(node)).region}`);
+        await ctx.nodes.assertUp(node);
+        await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
+        const full = (await nodesWithoutAddress(ctx, project)).get(node);
+        if (full) throw conflict(full);
+      } else {
+        // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
+        node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
+      }
     }
+  } catch (e) {
+    // A project at its quota hears that first, not that no node can take the box now (503,
+    // 507, 409): the quota is what it can act on, and it holds whatever the nodes say.
+    if (config && e instanceof BoxhostError && NO_ROOM_CODES.has(e.code)) await assertQuota(ctx, ctx.db, project, { boxes: 1, ...needOf(config) });
+    throw e;
   }
 
   const at = now();

@@ -70,6 +70,14 @@ t.test('admission and quotas', async (t) => {
     t.match(two.body.error.message, /project quota is at its quota: boxes 1 of 1 used, 1 more asked/);
     t.same(two.body.error.details, [{ field: 'quota.boxes', issue: "over the project's quota of 1" }]);
     t.same(await counts(), before, 'nothing made');
+    // 1 TB of RAM: no node has room for it (control: 409 in a project under its quotas); a
+    // project at its quota hears of the quota instead, which it can act on.
+    const noRoom = await host.call('POST', `${P}/noroom/boxes`, { body: { name: 'huge', config: { ram_mb: 1048576, storage_gb: 1 } } });
+    t.equal(noRoom.status, 409, `control: no node has room for it (${noRoom.text})`);
+    const huge = await host.call('POST', `${P}/quota/boxes`, { body: { name: 'huge', config: { ram_mb: 1048576, storage_gb: 1 } } });
+    t.equal(huge.status, 429, `at its quota and past every node's room: the quota answers (${huge.text})`);
+    t.match(huge.body.error.details, [{ field: 'quota.boxes' }]);
+    t.same(await counts(), before, 'nothing made');
     const cpus = await host.call('PUT', `${P}/quota/boxes/one`, { body: { config: { cpus: 3 } } });
     t.equal(cpus.status, 429, 'an update past the cpu quota');
     t.same(cpus.body.error.details, [{ field: 'config.cpus', issue: "over the project's quota of 2" }]);

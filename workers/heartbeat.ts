@@ -78,7 +78,8 @@ export async function startHeartbeat(
   // One beat at a time, the next one `intervalMs` after the last one ended.
   const schedule = () => {
     timer = setTimeout(() => {
-      beat = tick().then(() => {
+      // After a beat() under way, never beside it (stop() waits for the last of the chain).
+      beat = beat.then(() => (stopped ? undefined : tick())).then(() => {
         if (!stopped) schedule();
       });
     }, intervalMs);

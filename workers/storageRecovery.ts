@@ -65,6 +65,7 @@ export async function recoverStorage(ctx: WorkerContext, worker: Worker, local: 
     };
     await Promise.all(Array.from({ length: START_CONCURRENCY }, startOne));
     await nodesRepo.storageRestarted(ctx.db, ctx.config.nodeId);
+    local.storageRestored();
     report.ms = Date.now() - t0;
     log.warn(report, 'storage recovery done');
     return report;

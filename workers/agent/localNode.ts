@@ -300,6 +300,15 @@ export class LocalNode implements NodeClient {
   /** What the last check that ended said ('ok' until one has). */
   private lastHealth = 'ok';
 
+  /** The watchdog restarted the storage and started its boxes on it: what checks saw of the
+   *  dead or hung daemon is over, and a check of the new one that is slow to answer (under the
+   *  boxes' restarts) must not answer with it. */
+  storageRestored(): void {
+    this.lastHealth = 'ok';
+    this.healthCheck = undefined;
+    this.healthStarted = 0;
+  }
+
   /**
    * "ok", or why the storage failed (or has not answered for STALL_MS). One check at a time:
    * while a slow or hung pool keeps a check waiting, later calls answer at once instead of piling
