@@ -126,6 +126,62 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
 const NO_ROOM_CODES: ReadonlySet<string> = new Set(['unavailable', 'insufficient_storage', 'conflict']);
 const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: c.storage_gb });
 
+/** Runs a node's room check for a new box of `config`. A project at its quota hears that first,
+ *  not that no node can take the box now (503, 507, 409): the quota is what it can act on, and
+ *  it holds whatever the nodes say. The quota is read only on such a refusal (the create's
+ *  transaction checks it again, locked). */
+async function nodeRoom<T>(ctx: DomainContext, project: string, config: BoxConfig, check: () => Promise<T>): Promise<T> {
+  try {
+    return await check();
+  } catch (e) {
+    if (e instanceof BoxhostError && NO_ROOM_CODES.has(e.code)) await assertQuota(ctx, ctx.db, project, { boxes: 1, ...needOf(config) });
+    throw e;
+  }
+}
+
+/** Where a new box goes and what it is made from: a fork on its source's node with its
+ *  source's config; a box of a saved or imported base where the base is; one with data volumes
+ *  where they are; any other on the node placement picks. */
+async function placeBox(
+  ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest, volumes: Awaited<ReturnType<typeof volumesOf>>, instance?: InstanceOf,
+): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig }> {
+  if (req.fork) {
+    // A fork holds its source's files: it takes its source's config unless the request says
+    // otherwise, and stays in its region (on its node).
+    const fork = await resolveFork(ctx, project, req.fork);
+    if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
+    const config = { ...fork.config, ...(req.config ?? {}) };
+    await nodeRoom(ctx, project, config, () => ctx.nodes.assertRoom(fork.node, { ...needOf(config), boxes: 1 }));
+    return { source: fork.source, base: fork.base, node: fork.node, config };
+  }
+  const config: BoxConfig = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
+  const spec = req.base ?? ctx.config.defaultBase;
+  const pending = instance?.pendingBase;
+  const row = pending ? { name: pending.name, version: pending.version, node: pending.node } : await resolveBase(ctx, identity, spec, project);
+  if (!row) throw invalidField('base', `base ${spec} does not exist`);
+  const source: RootSource = { kind: 'base', base: { name: row.name, version: row.version } };
+  const base = `${row.name}@${row.version}`;
+  const volumeNode = volumes[0]?.vol.node;
+  if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${base} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
+  if (!row.node && !volumeNode) {
+    // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
+    const node = await nodeRoom(ctx, project, config, async () => ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project)));
+    return { source, base, node, config };
+  }
+  // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box with
+  // data volumes goes where they are (docs/data.md).
+  const node = row.node ?? volumeNode!;
+  const region = req.config?.region ? (await ctx.nodes.get(node)).region : undefined;
+  if (region !== undefined && req.config!.region !== region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${region}`);
+  await nodeRoom(ctx, project, config, async () => {
+    await ctx.nodes.assertUp(node);
+    await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
+    const full = (await nodesWithoutAddress(ctx, project)).get(node);
+    if (full) throw conflict(full);
+  });
+  return { source, base, node, config };
+}
+
 /** The create rules of the spec that need more than the schema (pack, lifecycle and env_from
  *  are domain/instances.ts's, which resolves them before it calls createBox). */
 function checkCreateRules(req: CreateBoxRequest) {
@@ -168,50 +224,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   if (line) throw conflict(`${req.name} is the name of a deploy line of project ${project} (live box ${(await boxesRepo.byId(ctx.db, line.live_box_id))?.name ?? line.live_box_id}); pick another name`);
 
   const volumes = await volumesOf(ctx, identity, req.data_mounts ?? []);
-  const volumeNode = volumes[0]?.vol.node;
-  let source: RootSource;
-  let base: string | null;
-  let node: string;
-  // Set once known: a placement refusal checks the quota with it.
-  let config!: BoxConfig;
-  try {
-    if (req.fork) {
-      // A fork holds its source's files: it takes its source's config unless the request says
-      // otherwise, and stays in its region (on its node).
-      const fork = await resolveFork(ctx, project, req.fork);
-      if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
-      ({ source, base, node } = fork);
-      config = { ...fork.config, ...(req.config ?? {}) };
-      await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
-    } else {
-      config = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
-      const spec = req.base ?? ctx.config.defaultBase;
-      const pending = instance?.pendingBase;
-      const row = pending ? { name: pending.name, version: pending.version, node: pending.node } : await resolveBase(ctx, identity, spec, project);
-      if (!row) throw invalidField('base', `base ${spec} does not exist`);
-      source = { kind: 'base', base: { name: row.name, version: row.version } };
-      base = `${row.name}@${row.version}`;
-      if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${row.name}@${row.version} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
-      if (row.node || volumeNode) {
-        // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box
-        // with data volumes goes where they are (docs/data.md).
-        node = row.node ?? volumeNode!;
-        if (req.config?.region && req.config.region !== (await ctx.nodes.get(node)).region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${(await ctx.nodes.get(node)).region}`);
-        await ctx.nodes.assertUp(node);
-        await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
-        const full = (await nodesWithoutAddress(ctx, project)).get(node);
-        if (full) throw conflict(full);
-      } else {
-        // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
-        node = await ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project));
-      }
-    }
-  } catch (e) {
-    // A project at its quota hears that first, not that no node can take the box now (503,
-    // 507, 409): the quota is what it can act on, and it holds whatever the nodes say.
-    if (config && e instanceof BoxhostError && NO_ROOM_CODES.has(e.code)) await assertQuota(ctx, ctx.db, project, { boxes: 1, ...needOf(config) });
-    throw e;
-  }
+  const { source, base, node, config } = await placeBox(ctx, identity, project, req, volumes, instance);
 
   const at = now();
   const box: BoxRecord = {

@@ -75,11 +75,12 @@ export async function startHeartbeat(
       log.warn({ err: (e as Error).message }, 'heartbeat not written');
     }
   };
-  // One beat at a time, the next one `intervalMs` after the last one ended.
+  // One beat at a time (stop() waits for the last of the chain), the next scheduled one
+  // `intervalMs` after the last one ended.
+  const beatNow = () => (beat = beat.then(() => (stopped ? undefined : tick())));
   const schedule = () => {
     timer = setTimeout(() => {
-      // After a beat() under way, never beside it (stop() waits for the last of the chain).
-      beat = beat.then(() => (stopped ? undefined : tick())).then(() => {
+      void beatNow().then(() => {
         if (!stopped) schedule();
       });
     }, intervalMs);
@@ -87,10 +88,7 @@ export async function startHeartbeat(
   };
   schedule();
   return {
-    beat() {
-      beat = beat.then(() => (stopped ? undefined : tick()));
-      return beat;
-    },
+    beat: beatNow,
     async stop() {
       stopped = true;
       clearTimeout(timer);

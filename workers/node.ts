@@ -180,17 +180,7 @@ export async function startNode(opts: NodeOptions): Promise<RunningNode> {
         log,
         intervalMs: config.storageWatchdog.intervalMs,
         hangMs: config.storageWatchdog.hangMs,
-        // The node row says so at once, both ways: no box is placed on a node that is
-        // recovering, and none is refused for the stale `error` of a recovery that is over.
-        recover: async (why) => {
-          const recovery = recoverStorage(ctx, worker, local, why);
-          void heartbeat?.beat();
-          try {
-            await recovery;
-          } finally {
-            await heartbeat?.beat();
-          }
-        },
+        recover: async (why) => void (await recoverStorage(ctx, worker, local, why, () => heartbeat?.beat())),
       });
       // Stopped first on close: no recovery may start on a node that is going away.
       closers.push(() => watchdog!.stop());

@@ -28,12 +28,15 @@ export interface StorageRecoveryReport {
  *
  * While it runs the node's storage check answers `error: recovering: …` (so /healthz says
  * `storage: error` and GET /v1/nodes says why) and each box to be restarted shows
- * RECOVERING_REASON as its `error`.
+ * RECOVERING_REASON as its `error`. `announce` (the heartbeat's beat) writes the node row as the
+ * recovery starts and as it ends: placement reads that row, so no box goes to a node that is
+ * recovering, and none is refused for the stale error of a recovery that is over.
  */
-export async function recoverStorage(ctx: WorkerContext, worker: Worker, local: LocalNode, why: string): Promise<StorageRecoveryReport> {
+export async function recoverStorage(ctx: WorkerContext, worker: Worker, local: LocalNode, why: string, announce?: () => Promise<void> | undefined): Promise<StorageRecoveryReport> {
   const t0 = Date.now();
   const log = ctx.log.child({ part: 'storage-recovery' });
   local.storageRecovering = why;
+  void announce?.();
   // Jobs in flight fail on the dead storage and are retried later; none start meanwhile.
   await worker.pause(true);
   const report: StorageRecoveryReport = { restarted: [], failed: [], ms: 0 };
@@ -72,5 +75,6 @@ export async function recoverStorage(ctx: WorkerContext, worker: Worker, local: 
   } finally {
     local.storageRecovering = null;
     worker.resume();
+    await announce?.();
   }
 }
