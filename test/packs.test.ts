@@ -346,10 +346,14 @@ t.test('packs on a real host', async (t) => {
     const follower = spawn(process.execPath, [MAIN, 'events', '-f', '--box', 'kv1', '--json'], { env });
     let followed = '';
     follower.stdout.on('data', (b: Buffer) => (followed += b.toString()));
-    await new Promise((r) => setTimeout(r, 1500));
-    await call('POST', '/v1/projects/pk/boxes/kv1/verbs/get', { args: ['/srv/kv/color'] });
-    for (let i = 0; i < 100 && !followed.includes('\n'); i++) await new Promise((r) => setTimeout(r, 100));
+    // The follower sees only what happens once its stream is open, and a loaded CI machine may
+    // take seconds to start it: the verb runs again every 2 s until a line comes (60 s at most).
+    for (let i = 0; i < 600 && !followed.includes('\n'); i++) {
+      if (i % 20 === 0) await call('POST', '/v1/projects/pk/boxes/kv1/verbs/get', { args: ['/srv/kv/color'] });
+      await new Promise((r) => setTimeout(r, 100));
+    }
     follower.kill();
+    t.ok(followed.includes('\n'), 'box events -f printed a line');
     t.match(JSON.parse(followed.split('\n')[0]), { kind: 'verb', verb: 'get', box_name: 'kv1', outcome: 'success' }, 'box events -f prints each event as it comes');
 
     const events = await box('events', '--verb', 'put', '--json');
