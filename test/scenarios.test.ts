@@ -386,7 +386,8 @@ t.test('scenarios on one real host', async (t) => {
         if (!rec.op || (rec.msg !== 'operation running' && rec.msg !== 'operation succeeded')) continue;
         const r = runs.get(rec.op) ?? { worker: i };
         if (rec.msg === 'operation running') r.start = rec.time;
-        else r.end = rec.time;
+        // The end of the work, not of the log line (the next one may start in between).
+        else r.end = rec.work_ended_at;
         r.worker = i;
         runs.set(rec.op, r);
       }

@@ -90,8 +90,11 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
       await operationsRepo.update(ctx.db, operationId, { status: 'running' });
       log.info('operation running');
       await kind.run(jctx);
+      // When the work ended, taken before the row says so: the box's next operation may start
+      // (on another worker) between that commit and this log line.
+      const workEndedAt = Date.now();
       await finish(operationId, { status: 'succeeded', progress: 100, error: null });
-      log.info('operation succeeded');
+      log.info({ work_ended_at: workEndedAt }, 'operation succeeded');
     } catch (e) {
       const err = e as Error;
       if (err instanceof JobNotYet) {
