@@ -30,6 +30,9 @@ export interface BoxdHello {
   pid: number;
 }
 
+/** What a connection to boxd may hold unsent before its writer waits (two frames). */
+const SOCKET_WRITE_BUFFER = 2 * MAX_FRAME;
+
 /** The node's side of one box's boxd, reached through the socket the node made at start. */
 export class BoxdClient {
   constructor(
@@ -43,7 +46,11 @@ export class BoxdClient {
    * that breaks the protocol) handed to `fail` as the drivers' error.
    */
   private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = []): net.Socket {
-    const sock = net.createConnection(this.socketPath);
+    // An upload's frames are written corked (writeFrame): with Node's 16 KiB high-water mark
+    // every 64 KiB piece of the body "filled" the socket, and the body paused and resumed once
+    // per piece (4096 times for 256 MiB, a second of the node's CPU). A frame's worth may wait.
+    // (net.Socket hands its options to stream.Duplex; the typings leave the mark out.)
+    const sock = new net.Socket({ writableHighWaterMark: SOCKET_WRITE_BUFFER } as net.SocketConstructorOpts).connect(this.socketPath);
     const decoder = new FrameDecoder({ streamed });
     let connected = false;
     sock.write(first); // queued until connected
