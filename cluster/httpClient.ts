@@ -2,6 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type Joi from 'joi';
 import { BoxhostError, ErrorCode, unavailable } from '../core/errors';
+import { HTTP_BUFFER_BYTES } from '../core/listen';
 import type { Duplex, Readable } from 'node:stream';
 import type { FileList, FileStat } from '../core/apiTypes';
 import WebSocket from 'ws';
@@ -34,8 +35,12 @@ interface CallOptions {
   signal?: AbortSignal;
 }
 
-// No socket limit: a call waiting for a free socket would look like a hung node.
-const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
+// No socket limit: a call waiting for a free socket would look like a hung node. The sockets
+// buffer as the api's HTTP servers do: with Node's 16 KiB default an upload piped to a node
+// paused its body once per 64 KiB piece (docs/decisions.md "Files at stream speed"). The agent
+// hands the option to each socket it makes (net.Socket → stream.Duplex).
+const socketOptions = { keepAlive: true, highWaterMark: HTTP_BUFFER_BYTES } as http.AgentOptions;
+const agents = { http: new http.Agent(socketOptions), https: new https.Agent(socketOptions) };
 
 /**
  * A node reached through its agent's HTTP endpoint. Connections are kept alive (an exec costs

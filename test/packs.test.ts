@@ -344,17 +344,23 @@ t.test('packs on a real host', async (t) => {
     t.equal(failing.code, 3, 'box verb exits with the verb\'s exit code');
     // box events -f: the stream, a line per event as it happens.
     const follower = spawn(process.execPath, [MAIN, 'events', '-f', '--box', 'kv1', '--json'], { env });
+    t.teardown(() => void follower.kill());
     let followed = '';
+    let followErr = '';
+    let exited = false;
     follower.stdout.on('data', (b: Buffer) => (followed += b.toString()));
+    follower.stderr.on('data', (b: Buffer) => (followErr += b.toString()));
+    follower.once('exit', () => (exited = true));
     // The follower sees only what happens once its stream is open, and a loaded CI machine may
-    // take seconds to start it: the verb runs again every 2 s until a line comes (60 s at most).
-    for (let i = 0; i < 600 && !followed.includes('\n'); i++) {
+    // take seconds to start it: the verb runs again every 2 s until a line comes (30 times).
+    for (let i = 0; i < 600 && !followed.includes('\n') && !exited; i++) {
       if (i % 20 === 0) await call('POST', '/v1/projects/pk/boxes/kv1/verbs/get', { args: ['/srv/kv/color'] });
       await new Promise((r) => setTimeout(r, 100));
     }
     follower.kill();
-    t.ok(followed.includes('\n'), 'box events -f printed a line');
-    t.match(JSON.parse(followed.split('\n')[0]), { kind: 'verb', verb: 'get', box_name: 'kv1', outcome: 'success' }, 'box events -f prints each event as it comes');
+    if (t.ok(followed.includes('\n'), `box events -f printed a line (${exited ? `it exited: ${followErr}` : 'it ran'})`)) {
+      t.match(JSON.parse(followed.split('\n')[0]), { kind: 'verb', verb: 'get', box_name: 'kv1', outcome: 'success' }, 'box events -f prints each event as it comes');
+    }
 
     const events = await box('events', '--verb', 'put', '--json');
     t.equal(JSON.parse(events.stdout).events[0].who !== undefined, true);

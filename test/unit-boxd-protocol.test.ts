@@ -4,7 +4,8 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { BoxdClient } from '../workers/runtime/boxd/client';
+import { Readable } from 'node:stream';
+import { BoxdClient, SOCKET_WRITE_BUFFER } from '../workers/runtime/boxd/client';
 import { BoxdServices } from '../workers/runtime/boxd/services';
 import { BoxdProtocolError, encodeFrame, Frame, FrameDecoder, MAX_FRAME } from '../workers/runtime/boxd/protocol';
 import { BoxAgentUnavailableError, BoxServiceError, ExecInputError } from '../workers/errors';
@@ -168,4 +169,86 @@ t.test('a boxd from before 1.1.0 is not asked to resolve a user (it would ignore
     t.equal(await new BoxdClient(fake.sock, 1000).resolvesUsers(), resolves, `${version}: ${resolves ? 'resolves users itself' : 'the node resolves them'}`);
     fake.close();
   }
+});
+
+/** A body of `pieces` × 64 KiB, as an HTTP upload arrives; counts how often the writer paused it
+ *  and how many bytes were taken from it. */
+function uploadBody(pieces: number) {
+  const piece = Buffer.alloc(64 << 10, 7);
+  const stats = { pauses: 0, taken: 0 };
+  let left = pieces;
+  const body = new Readable({
+    read() {
+      if (left-- <= 0) return void this.push(null);
+      stats.taken += piece.length;
+      this.push(piece);
+    },
+  });
+  const pause = body.pause.bind(body);
+  body.pause = () => {
+    if (!body.isPaused()) stats.pauses++;
+    return pause();
+  };
+  return { body, stats };
+}
+
+/** A fake boxd for uploads: reads the request frame and the body's frames as boxd does (a
+ *  header, then the payload), answering the file's info at the end; `takes: false` reads nothing. */
+async function uploadBoxd(takes: boolean): Promise<{ sock: string; received: () => number; close: () => void }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bh-probe-boxd-'));
+  const sock = path.join(dir, 'boxd.sock');
+  const conns = new Set<net.Socket>();
+  let received = 0;
+  const server = net.createServer((c) => {
+    conns.add(c);
+    c.on('error', () => undefined);
+    if (!takes) return void c.pause();
+    let buf = Buffer.alloc(0);
+    let first = true;
+    c.on('data', (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+        const type = String.fromCharCode(buf[0]);
+        const size = buf.readUInt32BE(1);
+        buf = buf.subarray(5 + size);
+        if (first) first = false; // the write request
+        else if (type === Frame.stdin) received += size;
+        else if (type === Frame.stdinEof) c.end(encodeFrame(Frame.answer, { name: 'f', type: 'file', size: received, mode: 0o644, mtime: '2026-11-28T00:00:00Z', uid: 0, gid: 0 }));
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(sock, r));
+  return {
+    sock,
+    received: () => received,
+    close: () => {
+      for (const c of conns) c.destroy();
+      server.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+t.test('an upload streams to boxd without pausing its body for every piece, and holds at most its window', async (t) => {
+  const fake = await uploadBoxd(true);
+  const { body, stats } = uploadBody(128); // 8 MiB
+  const info = await new BoxdClient(fake.sock, 5000).write('/f', body);
+  t.equal(info.size, 8 << 20, 'every byte arrived');
+  t.equal(fake.received(), 8 << 20);
+  // With Node's default 16 KiB mark each 64 KiB piece answered "full": 128 pauses.
+  t.ok(stats.pauses <= 32, `the body paused ${stats.pauses} times for 128 pieces (only when boxd is behind)`);
+  fake.close();
+
+  // A boxd that takes nothing: the node stops taking the body once its window is full.
+  const stuck = await uploadBoxd(false);
+  const slow = uploadBody(1024); // 64 MiB, were it all taken
+  const call = new BoxdClient(stuck.sock, 5000).write('/f', slow.body).catch((e: Error) => e);
+  await new Promise((r) => setTimeout(r, 500));
+  // The kernel's socket buffers, the node's mark, and what the body's own stream holds.
+  const bound = 8 * SOCKET_WRITE_BUFFER;
+  t.ok(slow.stats.taken <= bound, `${slow.stats.taken} bytes taken from the body while boxd took none (at most ${bound})`);
+  t.ok(slow.stats.pauses >= 1, 'the body is paused');
+  stuck.close();
+  t.type(await call, BoxAgentUnavailableError, 'and the upload fails as the agent gone once boxd is');
+  slow.body.destroy();
 });

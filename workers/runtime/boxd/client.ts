@@ -30,8 +30,8 @@ export interface BoxdHello {
   pid: number;
 }
 
-/** What a connection to boxd may hold unsent before its writer waits (two frames). */
-const SOCKET_WRITE_BUFFER = 2 * MAX_FRAME;
+/** What a connection to boxd may hold unsent before its writer waits (a frame's worth). */
+export const SOCKET_WRITE_BUFFER = MAX_FRAME;
 
 /** The node's side of one box's boxd, reached through the socket the node made at start. */
 export class BoxdClient {
@@ -46,9 +46,11 @@ export class BoxdClient {
    * that breaks the protocol) handed to `fail` as the drivers' error.
    */
   private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = []): net.Socket {
-    // An upload's frames are written corked (writeFrame): with Node's 16 KiB high-water mark
-    // every 64 KiB piece of the body "filled" the socket, and the body paused and resumed once
-    // per piece (4096 times for 256 MiB, a second of the node's CPU). A frame's worth may wait.
+    // A write answers "full" once what waits unsent passes the high-water mark, the piece just
+    // written included: with Node's 16 KiB default every 64 KiB piece of an upload's body did,
+    // and the body paused and resumed once per piece (4097 times for 256 MiB, a second of the
+    // node's CPU). At most a frame's worth waits here, per upload (docs/decisions.md "Files at
+    // stream speed"); the other requests write one frame and are unchanged by it.
     // (net.Socket hands its options to stream.Duplex; the typings leave the mark out.)
     const sock = new net.Socket({ writableHighWaterMark: SOCKET_WRITE_BUFFER } as net.SocketConstructorOpts).connect(this.socketPath);
     const decoder = new FrameDecoder({ streamed });
@@ -105,6 +107,8 @@ export class BoxdClient {
         body.once('end', () => {
           if (sock.destroyed) return;
           sock.write(encodeFrame(Frame.stdinEof));
+          // From here a boxd that takes nothing more is wedged (what may still wait unsent, at
+          // most SOCKET_WRITE_BUFFER, is milliseconds of a boxd's work).
           timer = setTimeout(() => done(new BoxAgentUnavailableError(`boxd did not answer within ${timeoutMs} ms`)), timeoutMs);
         });
         sock.once('close', () => body.resume());
