@@ -77,6 +77,9 @@ export interface ScanResult extends TarSummary {
   sha256: string;
 }
 
+/** What each stream of the staging may hold (a megabyte). */
+const STAGE_BUFFER = 1 << 20;
+
 /**
  * Writes an upload to `file` while checking it: every entry through the import rules (bodies
  * read, not kept), its size against `maxBytes` (over it: BaseTarError `too_large`). On any
@@ -85,9 +88,12 @@ export interface ScanResult extends TarSummary {
 export async function stageTar(input: Readable, file: string, limits: TarLimits & { maxBytes: number }): Promise<ScanResult> {
   const hash = crypto.createHash('sha256');
   let bytes = 0;
-  const scan = new PassThrough();
+  // Each stream may hold a megabyte: at Node's 16 KiB default every 64 KiB piece of the upload
+  // paused the request once (docs/decisions.md "Files at stream speed").
+  const scan = new PassThrough({ highWaterMark: STAGE_BUFFER });
   // Every chunk goes to the file and to the scan; the slower of the two sets the pace.
   const counted = new Transform({
+    highWaterMark: STAGE_BUFFER,
     transform(chunk: Buffer, _enc, done) {
       bytes += chunk.length;
       if (bytes > limits.maxBytes) return done(new BaseTarError(`the upload is larger than ${limits.maxBytes} bytes`, null, 'too_large'));
@@ -100,7 +106,7 @@ export async function stageTar(input: Readable, file: string, limits: TarLimits 
       done();
     },
   });
-  const out = fs.createWriteStream(file, { flags: 'wx', mode: 0o600 });
+  const out = fs.createWriteStream(file, { flags: 'wx', mode: 0o600, highWaterMark: STAGE_BUFFER });
   input.pipe(counted);
   input.once('error', (e) => counted.destroy(e));
   try {
