@@ -73,6 +73,11 @@ t.test('the storage watchdog brings a dead or hung storage daemon back, with the
     const s = (Date.now() - t0) / 1000;
     t.comment(`${how}: node healthy and box a answering again ${s.toFixed(1)} s after the daemon was ${how}${sawReason ? ' (box a showed why meanwhile)' : ''}`);
     t.ok(sawReason, `${how}: meanwhile box a showed why it was not answering (its error: the storage restart)`);
+    if (!healthy || !ok) {
+      // What the node said meanwhile, for whoever reads a failed run.
+      const said = host.logs.filter((l) => Number(l.time) >= t0 - 30_000 && Number(l.level) >= 30).slice(-80);
+      t.comment(`${how}: the node's log since the daemon went:\n${said.map((l) => JSON.stringify(l).slice(0, 600)).join('\n')}`);
+    }
     t.ok(healthy, `${how}: /healthz 200 again within 60 s`);
     t.ok(ok, `${how}: box a runs and its synced file is intact within 60 s (last read: ${lastRead.slice(0, 300)})`);
     for (const name of ['a', 'b']) {
