@@ -126,15 +126,16 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
 const NO_ROOM_CODES: ReadonlySet<string> = new Set(['unavailable', 'insufficient_storage', 'conflict']);
 const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: c.storage_gb });
 
-/** Runs a node's room check for a new box of `config`. A project at its quota hears that first,
- *  not that no node can take the box now (503, 507, 409): the quota is what it can act on, and
- *  it holds whatever the nodes say. The quota is read only on such a refusal (the create's
+/** Runs a node's room check for a new box of `config` (`check` gets its need: the config and one
+ *  box). A project at its quota hears that first, not that no node can take the box now (503,
+ *  507, 409): the quota is what it can act on, and it holds whatever the nodes say. The quota is read only on such a refusal (the create's
  *  transaction checks it again, locked). */
-async function nodeRoom<T>(ctx: DomainContext, project: string, config: BoxConfig, check: () => Promise<T>): Promise<T> {
+async function nodeRoom<T>(ctx: DomainContext, project: string, config: BoxConfig, check: (need: ReturnType<typeof needOf> & { boxes: 1 }) => Promise<T>): Promise<T> {
+  const need = { ...needOf(config), boxes: 1 as const };
   try {
-    return await check();
+    return await check(need);
   } catch (e) {
-    if (e instanceof BoxhostError && NO_ROOM_CODES.has(e.code)) await assertQuota(ctx, ctx.db, project, { boxes: 1, ...needOf(config) });
+    if (e instanceof BoxhostError && NO_ROOM_CODES.has(e.code)) await assertQuota(ctx, ctx.db, project, need);
     throw e;
   }
 }
@@ -151,7 +152,7 @@ async function placeBox(
     const fork = await resolveFork(ctx, project, req.fork);
     if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
     const config = { ...fork.config, ...(req.config ?? {}) };
-    await nodeRoom(ctx, project, config, () => ctx.nodes.assertRoom(fork.node, { ...needOf(config), boxes: 1 }));
+    await nodeRoom(ctx, project, config, (need) => ctx.nodes.assertRoom(fork.node, need));
     return { source: fork.source, base: fork.base, node: fork.node, config };
   }
   const config: BoxConfig = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
@@ -165,7 +166,7 @@ async function placeBox(
   if (row.node && volumeNode && row.node !== volumeNode) throw conflict(`base ${base} is on node ${row.node} and data volume ${volumes[0].vol.name} on node ${volumeNode}; a box is made where both are`);
   if (!row.node && !volumeNode) {
     // Nodes where the project's block is full are passed over (docs/decisions.md "Network").
-    const node = await nodeRoom(ctx, project, config, async () => ctx.nodes.place(config.region, { ...needOf(config), boxes: 1 }, await nodesWithoutAddress(ctx, project)));
+    const node = await nodeRoom(ctx, project, config, async (need) => ctx.nodes.place(config.region, need, await nodesWithoutAddress(ctx, project)));
     return { source, base, node, config };
   }
   // A saved or imported base is on the node that made it (docs/bases.md "Nodes"); a box with
@@ -173,9 +174,9 @@ async function placeBox(
   const node = row.node ?? volumeNode!;
   const region = req.config?.region ? (await ctx.nodes.get(node)).region : undefined;
   if (region !== undefined && req.config!.region !== region) throw invalidField('config.region', `base ${base} is on node ${node}, in region ${region}`);
-  await nodeRoom(ctx, project, config, async () => {
+  await nodeRoom(ctx, project, config, async (need) => {
     await ctx.nodes.assertUp(node);
-    await ctx.nodes.assertRoom(node, { ...needOf(config), boxes: 1 });
+    await ctx.nodes.assertRoom(node, need);
     const full = (await nodesWithoutAddress(ctx, project)).get(node);
     if (full) throw conflict(full);
   });
