@@ -1,26 +1,12 @@
-import http from 'node:http';
-import expressWs from 'express-ws';
-import express from 'express';
+import type express from 'express';
 import { Config, ConfigError, ensureDataDir } from '../core/config';
 import { createLogger, Logger } from '../core/logger';
 import { EmbeddedRedis, queuePrefix, redisOptions } from '../core/redis';
-import { sha256 } from '../core/ids';
-import { HTTP_BUFFER_BYTES, listen } from '../core/listen';
 import { createDb, migrate, Db } from '../db/knex';
-import { OperationQueue } from '../jobs/queue';
 import { jobHandlers } from '../jobs';
 import type { JobHandler } from '../jobs/types';
-import { NodeDirectory } from '../domain/nodes';
 import { startNode, NodeOptions, RunningNode } from '../workers/node';
-import { createApp } from '../api/app';
-import { createMetrics } from '../api/metrics';
-import { createApiLimits } from '../api/limits';
-import { startProxy } from '../api/proxy';
-import { startWebhooks } from '../api/webhooks';
-import { guardUpgrades } from '../api/http/upgrade';
-import { MAX_WS_MESSAGE, mountSessionRoutes } from '../api/ws/sessions';
 import type { ApiContext } from '../api/context';
-import { loadAdminToken } from './adminToken';
 
 /**
  * The parts one process can run (Procfile): `api` (unprivileged, anywhere), `node` (a machine
@@ -112,54 +98,14 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
     }
 
     if (opts.roles.includes('api')) {
-      const admin = loadAdminToken(config);
-      if (admin.generated) {
-        // Printed once, at the start that made it; afterwards it is only in the file.
-        process.stdout.write(`boxhost admin token (saved to ${admin.file}, shown once): ${admin.token}\n`);
-      }
-      host.adminToken = admin.token;
-      const queue = new OperationQueue(db, connection, prefix);
-      closers.push(() => queue.close());
-      await queue.ready();
-      const nodes = new NodeDirectory(db, { secret: config.clusterSecret, timeoutMs: config.nodeTimeoutMs });
-      if (host.node && nodeRole === 'node') nodes.addLocal(host.node.local);
-      const metrics = createMetrics(queue, nodes);
-      const limits = await createApiLimits(config, db, connection, prefix);
-      closers.push(limits.close);
-      const api: ApiContext = {
-        config,
-        db,
-        log: log.child({ part: 'api' }),
-        queue,
-        nodes,
-        metrics: metrics.registry,
-        adminTokenHash: sha256(admin.token),
-        limits,
-      };
-      const app = express();
-      app.disable('x-powered-by');
-      const server = http.createServer({ highWaterMark: HTTP_BUFFER_BYTES }, app);
-      // A file upload takes as long as it takes: only idle connections time out.
-      server.requestTimeout = 0;
-      mountSessionRoutes(expressWs(app, server, { wsOptions: { maxPayload: MAX_WS_MESSAGE } }).app);
-      guardUpgrades(server, api);
-      const routesApp = createApp(api, metrics.middleware);
-      app.use(routesApp);
-      host.api = api;
-      host.app = routesApp;
-      const webhooks = await startWebhooks(api, connection, prefix);
-      closers.push(webhooks.close);
-      const listening = await listen(server, config.port, config.host);
-      closers.push(listening.close);
-      host.url = listening.url;
-      log.info({ url: host.url }, 'api listening');
-      const proxy = await startProxy(api, config.proxyPort, config.host);
-      closers.push(proxy.close);
-      // Port 0 (tests) binds any free port: the api's publish urls name the one bound (its own
-      // copy of the config: another host started from this config still binds a free port).
-      if (config.proxyPort === 0) api.config = { ...config, proxyPort: proxy.port };
-      host.proxyUrl = proxy.url;
-      log.info({ url: proxy.url, domain: config.publishDomain }, 'publish proxy listening');
+      // Loaded here: a process that runs no api never loads express, the routes or the proxy.
+      const { startApiRole } = await import('./apiRole');
+      const api = await startApiRole({ config, db, log, connection, prefix, localNode: nodeRole === 'node' ? host.node : undefined, closers });
+      host.adminToken = api.adminToken;
+      host.api = api.api;
+      host.app = api.app;
+      host.url = api.url;
+      host.proxyUrl = api.proxyUrl;
     }
     return host;
   } catch (e) {
