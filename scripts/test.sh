@@ -9,7 +9,8 @@
 # minutes waiting on Debian's package mirror (about half of one core busy; mmdebstrap --mode=root
 # works in the host's mount namespace, so it holds no other test's mounts). As a third job it
 # costs phase 1 far less than its own time alone.
-# Each run prints tap's totals; .ci/run adds them up. The exit code is the first failure's.
+# Each run prints tap's totals; .ci/run adds them up. The exit code is the first failing phase's
+# (phase 1 before the debian run beside it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SERIAL=(room hardening-box storage-watchdog soak-short scale)
@@ -27,13 +28,21 @@ done
 # The suite starts on a fresh zfs-fuse when the machine's serves nothing (scripts/install-host.sh
 # says why); it also makes sure the host tools are there.
 BOXHOST_FRESH_ZFS_FUSE=1 bash scripts/install-host.sh || exit 1
+temps=()
+beside=
+beside_log=
+# A run ended early takes its background tap run with it (npx, tap and the test file's process,
+# children first), then prints what that run wrote. It stays in this script's process group, so
+# whatever kills the group kills it too.
+kill_tree() {
+  local c
+  for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+  kill -TERM "$1" 2>/dev/null
+}
+trap 'if [ -n "$beside" ]; then kill_tree "$beside"; wait "$beside"; cat "$beside_log"; fi; rm -f "${temps[@]}"' EXIT
 # What the suite's leftovers check finds before any test ran is not this run's (a machine that
 # ran an earlier suite killed mid-way, something the sweep could not remove): it is recorded
 # here and reported, not failed, by test/zz-leftovers.test.ts.
-temps=()
-beside=
-# A run ended early takes its background tap run with it.
-trap 'rm -f "${temps[@]}"; if [ -n "$beside" ]; then kill "$beside" 2>/dev/null; fi' EXIT
 if [ -z "${BOXHOST_LEFTOVERS_BEFORE:-}" ]; then
   BOXHOST_LEFTOVERS_BEFORE=$(mktemp -t leftovers-before.XXXXXX)
   temps+=("$BOXHOST_LEFTOVERS_BEFORE")
@@ -60,7 +69,7 @@ cat "$beside_log"
 rc2=$?
 "${TAP[@]}" --jobs=1 "$LAST"
 rc3=$?
-if [ "$rc0" -ne 0 ]; then exit "$rc0"; fi
 if [ "$rc1" -ne 0 ]; then exit "$rc1"; fi
+if [ "$rc0" -ne 0 ]; then exit "$rc0"; fi
 if [ "$rc2" -ne 0 ]; then exit "$rc2"; fi
 exit "$rc3"

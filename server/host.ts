@@ -98,7 +98,7 @@ export async function startHost(config: Config, opts: HostOptions): Promise<Host
     }
 
     if (opts.roles.includes('api')) {
-      // Loaded here: a process that runs no api never loads express, the routes or the proxy.
+      // Loaded here: a process that runs no api never loads the routes, sessions, webhooks or the publish proxy.
       const { startApiRole } = await import('./apiRole');
       const api = await startApiRole({ config, db, log, connection, prefix, localNode: nodeRole === 'node' ? host.node : undefined, closers });
       host.adminToken = api.adminToken;
