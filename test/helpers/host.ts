@@ -1,3 +1,4 @@
+import './childEnv'; // first: Node children of a test start without tap's hook
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
