@@ -1,3 +1,4 @@
+import './helpers/childEnv'; // first: its Node children start without tap's hook (plainEnv alone does not keep it out)
 import t from 'tap';
 import { spawn, ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';

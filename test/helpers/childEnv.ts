@@ -4,24 +4,23 @@
  * child the test spawns (a process-on-spawn listener rewrites the child's NODE_OPTIONS): each
  * Node child (a `box` CLI run, a worker or role process) then loads it before its own code,
  * 0.4 s more per child here (cli.test: 71 s with it, 43 s without). It serves coverage only:
- * with coverage off (`--disable-coverage`, as scripts/test.sh runs), this module removes the
- * listener (process-on-spawn keeps its state in a global under a well-known symbol) and the
- * hook's entry in NODE_OPTIONS, on import. Any other NODE_OPTIONS stay.
+ * with coverage off (`--disable-coverage`, as scripts/test.sh runs), this module, on import,
+ * empties process-on-spawn's listener list (it keeps its state in a global under a well-known
+ * symbol; tap's hook is its only user here) and drops the hook's entry from NODE_OPTIONS; any
+ * other entry stays. Children so started print stack traces of dist/*.js, not of the sources.
  */
 const SPAWN_HOOKS = Symbol.for('process-on-spawn@*:singletonId');
 
-export function dropTapHook(env: NodeJS.ProcessEnv = process.env): void {
-  if (env.TAP_DISABLE_COVERAGE !== '1') return;
+function dropTapHook(): void {
+  if (process.env.TAP_DISABLE_COVERAGE !== '1') return;
   const hooks = (globalThis as Record<symbol, { listeners?: unknown[] } | undefined>)[SPAWN_HOOKS];
   if (hooks && Array.isArray(hooks.listeners)) hooks.listeners = [];
-  const opts = env.NODE_OPTIONS;
+  const opts = process.env.NODE_OPTIONS;
   if (!opts) return;
-  const rest = opts
-    .split(/\s+/)
-    .filter((o) => o && !/@tapjs[\\/]processinfo/.test(o))
-    .join(' ');
-  if (rest) env.NODE_OPTIONS = rest;
-  else delete env.NODE_OPTIONS;
+  // Entries as Node reads them: quoted ones kept whole.
+  const rest = (opts.match(/"(?:\\.|[^"\\])*"|\S+/g) ?? []).filter((o) => !/@tapjs[\\/]processinfo/.test(o)).join(' ');
+  if (rest) process.env.NODE_OPTIONS = rest;
+  else delete process.env.NODE_OPTIONS;
 }
 
 dropTapHook();
