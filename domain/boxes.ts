@@ -128,8 +128,8 @@ const needOf = (c: BoxConfig) => ({ cpus: c.cpus, ram_mb: c.ram_mb, storage_gb: 
 
 /** Runs a node's room check for a new box of `config` (`check` gets its need: the config and one
  *  box). A project at its quota hears that first, not that no node can take the box now (503,
- *  507, 409): the quota is what it can act on, and it holds whatever the nodes say. The quota is read only on such a refusal (the create's
- *  transaction checks it again, locked). */
+ *  507, 409): the quota is what it can act on, and it holds whatever the nodes say. The quota is
+ *  read only on such a refusal (the create's transaction checks it again, locked). */
 async function nodeRoom<T>(ctx: DomainContext, project: string, config: BoxConfig, check: (need: ReturnType<typeof needOf> & { boxes: 1 }) => Promise<T>): Promise<T> {
   const need = { ...needOf(config), boxes: 1 as const };
   try {
@@ -261,7 +261,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
       await assertQuota(ctx, trx, projectRow, { boxes: 1, ...need, storage_gb: need.storage_gb + joining.reduce((n, v) => n + v.vol.quota_gb, 0), volumes: joining.length });
       // After the quota check has locked the project row: creates at the edge count in turn.
       await assertAddressRoom(ctx, trx, projectRow, node);
-      await ctx.nodes.assertRootRoom(trx, node, needOf(config));
+      await ctx.nodes.assertRootRoom(trx, node, need);
       for (const [i, v] of volumes.entries()) {
         const vol = await volumesRepo.lock(trx, v.vol.id);
         if (!vol) throw invalidField(`data_mounts.${i}.name`, `data volume ${v.mount.name} does not exist`);
