@@ -17,6 +17,9 @@ export interface BaseRecipe {
   user: { name: string; uid: number };
   /** Bumped when the way it is made changes (hooks, post-processing). */
   revision: number;
+  /** When this revision was written: the `created_at` the base shows until a node has made it
+   *  (the same on every read and every api process). Not part of the version. */
+  published: string;
 }
 
 export const DEBIAN_RECIPE: BaseRecipe = {
@@ -26,6 +29,7 @@ export const DEBIAN_RECIPE: BaseRecipe = {
   include: ['ca-certificates', 'procps', 'curl', 'less'],
   user: { name: 'box', uid: 1000 },
   revision: 1,
+  published: '2026-11-24T09:33:13.000Z',
 };
 
 export const RECIPES: readonly BaseRecipe[] = [DEBIAN_RECIPE];

@@ -1,6 +1,5 @@
 import type { DomainContext, Identity } from './context';
 import type { Base } from '../core/apiTypes';
-import { now } from '../core/ids';
 import { notFound } from '../core/errors';
 import { RECIPES, recipeNamed, recipeVersion, type BaseRecipe } from '../core/recipeBases';
 import { basesRepo, NO_META, type BaseRow } from '../db/repos/bases';
@@ -20,7 +19,7 @@ export const unmadeRecipeRow = (r: BaseRecipe): BaseRow => ({
   name: r.name,
   version: recipeVersion(r),
   size_bytes: 0,
-  created_at: now(),
+  created_at: r.published,
   state: 'ready',
   origin: 'builtin',
   project: null,

@@ -38,7 +38,10 @@ t.test('the debian base on a real host', async (t) => {
   t.test('before any node made it: listed and got as its recipe version, no size yet; unknown recipes are 404', async (t) => {
     const list = (await call('GET', '/v1/bases')).body.bases as any[];
     t.match(list.find((b) => b.name === 'debian'), { name: 'debian', version, origin: 'builtin', project: null, size_bytes: 0 });
-    t.match((await call('GET', '/v1/bases/debian')).body, { name: 'debian', version });
+    const got = (await call('GET', '/v1/bases/debian')).body;
+    t.match(got, { name: 'debian', version, created_at: DEBIAN_RECIPE.published });
+    await new Promise((r) => setTimeout(r, 20));
+    t.equal((await call('GET', '/v1/bases/debian')).body.created_at, got.created_at, 'the same created_at on every read');
     t.equal((await call('GET', `/v1/bases/debian@${version}`)).status, 200);
     t.equal((await call('GET', '/v1/bases/debian@000000000000')).status, 404, 'only the recipe version exists');
     for (const name of ['nope', 'busybox']) {
