@@ -69,7 +69,9 @@ export async function putPublish(ctx: Pick<DomainContext, 'db' | 'config'>, box:
       if (isUniqueViolation(e)) throw conflict(`publish ${req.name} of box ${box.project}/${box.name} was just made by another call`);
       throw e;
     }
-    return { publish: toPublish(ctx.config, row), replaced: Boolean(taken || earlier), gone: [taken?.host, earlier?.host] };
+    // 200 only when `force` replaced a publish of this name (DESIGN.md §6); a service's publish
+    // under a new name is new (201), though it takes the place of the service's earlier one.
+    return { publish: toPublish(ctx.config, row), replaced: Boolean(taken), gone: [taken?.host, earlier?.host] };
   }).then(async ({ gone, ...out }) => {
     for (const h of new Set([row.host, ...gone])) if (h) publishEvents.emit('changed', h);
     await recordBoxEvent(ctx.db, box, 'box.published', { who: req.who });
