@@ -71,6 +71,11 @@ t.test('base builds on a real host', async (t) => {
     t.ok(again.headers.get('operation-id'), 'with its (finished) operation');
     t.equal((await call('GET', `/v1/operations/${again.headers.get('operation-id')}`)).body.status, 'succeeded');
     t.match((await call('GET', `/v1/base-builds/${again.body.id}`)).body, { status: 'succeeded', cached: true });
+    const waited = await call('POST', '/v1/base-builds?wait=30', { base: 'tools', parent: 'busybox', script });
+    t.equal(waited.status, 200, `?wait answers the finished build (DESIGN.md §3): ${waited.text}`);
+    t.match(waited.body, { status: 'succeeded', cached: true, base: 'tools', version: versionOf(script), parent: `busybox@${busybox}` });
+    t.equal(waited.headers.get('location'), `/v1/base-builds/${waited.body.id}`);
+    for (const q of ['wait=abc', 'wait=301', 'bogus=1']) t.equal((await call('POST', `/v1/base-builds?${q}`, { base: 'tools', parent: 'busybox', script })).status, 400, `?${q} → 400`);
     const pinned = await call('POST', '/v1/base-builds', { base: 'tools', parent: `busybox@${busybox}`, script });
     t.match(pinned.body, { cached: true, version: versionOf(script) }, 'a pinned parent gives the same version');
 
@@ -88,8 +93,10 @@ t.test('base builds on a real host', async (t) => {
 
   t.test('a failing script: failed with its exit code, no temporary box, no base', async (t) => {
     const bad = 'echo going wrong; exit 3';
-    const r = await call('POST', '/v1/base-builds', { base: 'broken', parent: 'busybox', script: bad });
-    t.equal((await waitOp(r)).status, 'failed');
+    const r = await call('POST', '/v1/base-builds?wait=180', { base: 'broken', parent: 'busybox', script: bad });
+    t.equal(r.status, 200, `?wait: the build ended in time, failed: ${r.text}`);
+    t.match(r.body, { status: 'failed', exit_code: 3, base: 'broken' });
+    t.equal((await call('GET', `/v1/operations/${r.headers.get('operation-id')}`)).body.status, 'failed');
     const b = (await call('GET', `/v1/base-builds/${r.body.id}`)).body;
     t.match(b, { status: 'failed', exit_code: 3 });
     t.match(b.error, /exited 3/);
