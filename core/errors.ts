@@ -48,7 +48,8 @@ export class BoxhostError extends Error {
 
 export const invalid = (message: string, details: ErrorDetail[] = []) => new BoxhostError('invalid_argument', message, details);
 export const invalidField = (field: string, issue: string) => invalid(`${field}: ${issue}`, [{ field, issue }]);
-export const unauthenticated = (message = 'a valid bearer token is required') => new BoxhostError('unauthenticated', message);
+/** 401 says how to authenticate (RFC 9110 §11.6.1: a 401 carries WWW-Authenticate). */
+export const unauthenticated = (message = 'a valid bearer token is required') => new BoxhostError('unauthenticated', message, [], { 'WWW-Authenticate': 'Bearer realm="boxhost"' });
 export const forbidden = (message: string) => new BoxhostError('permission_denied', message);
 export const notFound = (what: string) => new BoxhostError('not_found', `${what} not found`);
 export const conflict = (message: string) => new BoxhostError('conflict', message);

@@ -4,7 +4,7 @@ import { resolveBase } from './baseResolve';
 import { operationsRepo, type OperationRow } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
-import { BoxhostError, conflict, forbidden, invalidField, notFound } from '../core/errors';
+import { BoxhostError, conflict, invalidField, notFound } from '../core/errors';
 import type { Box, Publish } from '../core/apiTypes';
 import { publishesRepo } from '../db/repos/publishes';
 import { toPublish, urlSettings } from './publishView';
@@ -217,7 +217,7 @@ export const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], b
   ctx.queue.enqueue(trx, msg, { resource: boxPath(box.project, box.name), node: box.node, project: box.project, boxId: box.id, createdBy: identity.name });
 
 export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest, instance?: InstanceOf): Promise<Accepted<Box>> {
-  if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
+  assertProject(identity, project, `project ${project}`);
   checkCreateRules(req);
   if (await boxesRepo.get(ctx.db, project, req.name)) throw conflict(`box ${project}/${req.name} already exists`);
   // A deploy line keeps its name (and its publishes' hosts) after the box first named so is gone.

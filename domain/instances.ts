@@ -1,6 +1,7 @@
 import type { DomainContext, Identity } from './context';
 import type { Box } from '../core/apiTypes';
-import { BoxhostError, forbidden, invalidField } from '../core/errors';
+import { assertProject } from './access';
+import { BoxhostError, invalidField } from '../core/errors';
 import { boxesRepo, type BoxRecord } from '../db/repos/boxes';
 import { packsRepo } from '../db/repos/packs';
 import { basesRepo } from '../db/repos/bases';
@@ -26,7 +27,7 @@ import { checkPublishName } from '../core/services';
  */
 export async function createBoxOrInstance(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
   // Before anything of the project is looked at (env_from boxes) or started (a pack's build).
-  if (identity.projects !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot create boxes in project ${project}`);
+  if (identity.projects !== null && !identity.projects.includes(project)) assertProject(identity, project, `project ${project}`);
   if (req.lifecycle !== undefined && req.lifecycle !== null) {
     if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
     if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');

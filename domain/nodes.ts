@@ -67,7 +67,8 @@ function noRoom(where: string, nodes: [NodeRow, Committed][], need: Need): Boxho
           ? `${c.disk_gb} of ${r.alloc_disk_gb} GB storage`
           : `${c.boxes} of the ${r.alloc_boxes} box roots its storage can mount`;
   const why = shorts.map(([r, c, s]) => `node ${r.id} has ${s.map((res) => what(res, r, c)).join(', ')} promised`).join('; ');
-  const asked = `${need.boxes ? `a box of ` : ''}${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
+  // Storage alone (a data volume) is said as such, not as a box of 0 cpus and 0 MB RAM.
+  const asked = !need.boxes && !need.cpus && !need.ram_mb ? `${need.storage_gb} GB storage` : `${need.boxes ? `a box of ` : ''}${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
   const all = [...new Set(shorts.flatMap(([, , s]) => s))];
   const hint = all.includes('roots') ? ' (zfs-fuse mounts at most 1000 filesystems per machine, fewer with a small max-arc-size; delete boxes there, or add a node)' : '';
   const message = `${where} has room for ${asked} more: ${why}${hint}`;

@@ -3,6 +3,7 @@ import type { AttachDataRequest, Box, CreateDataVolumeRequest, DataVolume, Detac
 import { volumesRepo, toAttachment, type AttachmentRow, type VolumeRow } from '../db/repos/volumes';
 import { boxesRepo } from '../db/repos/boxes';
 import { operationsRepo } from '../db/repos/operations';
+import { assertProject } from './access';
 import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
 import { checkAttach, findVolume, notReady, recordAttach } from './volumeAttach';
 import { now, randomId } from '../core/ids';
@@ -116,12 +117,16 @@ export type Made<T> = { done: T } | { accepted: Accepted<T> };
 export async function createVolume(ctx: DomainContext, identity: Identity, req: CreateDataVolumeRequest): Promise<Made<DataVolume>> {
   let project = req.project ?? null;
   if (identity.projects !== null) {
-    if (project !== null && !identity.projects.includes(project)) throw forbidden(`this token cannot make volumes in project ${project}`);
+    if (project !== null) assertProject(identity, project, `project ${project}`);
     project ??= identity.projects[0];
   }
   if (await volumesRepo.byName(ctx.db, req.name)) throw conflict(`data volume ${req.name} already exists`);
   const quotaGb = req.size_gb ?? ctx.config.dataDefaultGb;
-  const node = await ctx.nodes.place(ctx.config.region, { cpus: 0, ram_mb: 0, storage_gb: quotaGb });
+  const node = await ctx.nodes.place(ctx.config.region, { cpus: 0, ram_mb: 0, storage_gb: quotaGb }).catch((e: unknown) => {
+    // The room a volume asks for is its `size_gb`: the refusal names that field, not a box's.
+    if (!(e instanceof BoxhostError)) throw e;
+    throw new BoxhostError(e.code, e.message, e.details.map((d) => (d.field === 'config.storage_gb' ? { ...d, field: 'size_gb' } : d)), e.headers);
+  });
   const at = now();
   const row: VolumeRow = {
     id: newVolumeId(), name: req.name, project, node, state: 'creating', quota_gb: quotaGb, description: req.description ?? null,

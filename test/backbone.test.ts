@@ -109,6 +109,7 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
       t.equal(r.status, 401);
       t.equal(r.body.error.code, 'unauthenticated');
       t.same(r.body.error.details, []);
+      t.equal(r.headers.get('www-authenticate'), 'Bearer realm="boxhost"', 'the 401 says how to authenticate');
     }
     const malformed = await host.call('GET', '/v1/tokens', { token: null, headers: { authorization: 'Basic abc' } });
     t.equal(malformed.status, 401);

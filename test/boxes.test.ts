@@ -269,7 +269,10 @@ t.test('boxes', async (t) => {
     t.equal((await host.call('GET', `${P}/alpha/boxes/web`, { token: tok })).status, 404);
     t.equal((await host.call('POST', `${P}/alpha/boxes/web/stop`, { token: tok })).status, 404);
     t.equal((await host.call('GET', `${P}/alpha/boxes`, { token: tok })).status, 404, 'another project is 404 (DESIGN.md §6)');
-    t.equal((await host.call('POST', `${P}/alpha/boxes`, { token: tok, body: { name: 'sneaky' } })).status, 403);
+    const sneaky = await host.call('POST', `${P}/alpha/boxes`, { token: tok, body: { name: 'sneaky' } });
+    t.equal(sneaky.status, 404, 'creating in another project is 404 too: the project is not there for this token');
+    t.same(sneaky.body, { error: { code: 'not_found', message: 'project alpha not found', details: [] } });
+    t.equal((await host.db('boxes').where({ project: 'alpha', name: 'sneaky' })).length, 0, 'and nothing was made');
   });
 
   t.test('create rules; bad input leaves nothing behind', async (t) => {
@@ -289,6 +292,10 @@ t.test('boxes', async (t) => {
       [{ name: 'x1', data_mounts: [{ name: 'vol', path: '/srv' }] }, 400, 'data_mounts.0.name'],
       [{ name: 'x1', base: 'busybox', fork: 'web' }, 400, 'fork'],
       [{ name: 'x1', unknown: true }, 400, 'unknown'],
+      // A body's value of another type is refused, never converted (docs/decisions.md).
+      [{ name: 'x1', config: { cpus: '1' } }, 400, 'config.cpus'],
+      [{ name: 'x1', config: { storage_gb: '1' } }, 400, 'config.storage_gb'],
+      [{ name: 'x1', tags: { a: 1 } }, 400, 'tags.a'],
     ];
     for (const [body, status, field] of cases) {
       const r = await host.call('POST', `${P}/alpha/boxes`, { body });
@@ -296,6 +303,30 @@ t.test('boxes', async (t) => {
       if (field) t.ok(r.body.error.details.some((d: any) => d.field === field), `details name ${field}: ${JSON.stringify(r.body.error.details)}`);
       t.equal(r.body.error.code, status === 400 ? 'invalid_argument' : 'conflict');
     }
+    const webBefore = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
+    const typed: [string, string, object, string][] = [
+      ['PUT', `${P}/alpha/boxes/web`, { termination_grace_period_seconds: '7' }, 'termination_grace_period_seconds'],
+      ['PUT', `${P}/alpha/boxes/web`, { config: { ram_mb: '256' } }, 'config.ram_mb'],
+      ['POST', `${P}/alpha/boxes/web/exec`, { command: ['true'], tty: 'false' }, 'tty'],
+      ['POST', `${P}/alpha/boxes/web/exec`, { command: ['true'], timeout_secs: '5' }, 'timeout_secs'],
+      ['POST', `${P}/alpha/boxes/web/publish`, { port: '80' }, 'port'],
+      ['POST', `${P}/alpha/boxes/web/stop`, { bogus: 1 }, 'bogus'],
+      ['POST', `${P}/alpha/boxes/web/resume`, { bogus: 1 }, 'bogus'],
+    ];
+    for (const [method, path, body, field] of typed) {
+      const r = await host.call(method, path, { body });
+      t.equal(r.status, 400, `${method} ${path} ${JSON.stringify(body)} → 400`);
+      t.match(r.body, { error: { code: 'invalid_argument', details: [{ field }] } });
+    }
+    const webAfter = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
+    t.same([webAfter.status, webAfter.publishes, webAfter.config, webAfter.termination_grace_period_seconds], [webBefore.status, webBefore.publishes, webBefore.config, webBefore.termination_grace_period_seconds], 'the refused calls changed nothing');
+    // A query whose percent-encoding is broken is refused, not taken as its raw text.
+    for (const q of ['tag=%zz', 'prefix=%E0%A4%A', 'tag=a%C3%28']) {
+      const r = await host.call('GET', `${P}/alpha/boxes?${q}`);
+      t.equal(r.status, 400, `?${q} → 400`);
+      t.same(r.body, { error: { code: 'invalid_argument', message: 'the query is not valid percent-encoding', details: [{ field: 'query', issue: 'is not valid percent-encoded UTF-8' }] } });
+    }
+    t.equal((await host.call('GET', `${P}/alpha/boxes?tag=a%3Db&prefix=w%65`)).status, 200, 'well-formed escapes still pass');
     t.same(await host.db('operations').count({ n: '*' }), before.ops, 'no operation row for any refused create');
     t.same(await host.db('boxes').count({ n: '*' }), before.rows, 'nor a box row');
     const pinned = (await host.call('GET', `${P}/alpha/boxes/web`)).body.base;

@@ -39,11 +39,16 @@ t.test('data volumes on real boxes', async (t) => {
     t.ok(Number.isInteger(r.body.size_bytes) && r.body.size_bytes >= 0);
     t.equal(r.headers.get('location'), '/v1/data/vol-a');
     t.equal((await call('POST', '/v1/data', { name: 'vol-a' })).status, 409, 'a name in use');
-    for (const bad of [{}, { name: '' }, { name: 'A' }, { name: 'a--b' }, { name: '-a' }, { name: 'a'.repeat(64) }, { name: 'ok', size_gb: 0 }, { name: 'ok', size_gb: 1.5 }, { name: 'ok', extra: 1 }]) {
+    for (const bad of [{}, { name: '' }, { name: 'A' }, { name: 'a--b' }, { name: '-a' }, { name: 'a'.repeat(64) }, { name: 'ok', size_gb: 0 }, { name: 'ok', size_gb: 1.5 }, { name: 'ok', size_gb: '1' }, { name: 'ok', extra: 1 }]) {
       const res = await call('POST', '/v1/data', bad);
       t.equal(res.status, 400, `400 for ${JSON.stringify(bad).slice(0, 60)}`);
       t.equal(res.body.error.code, 'invalid_argument');
     }
+    const huge = await call('POST', '/v1/data', { name: 'huge', size_gb: 16000 });
+    t.equal(huge.status, 507, huge.text);
+    t.same(huge.body.error.details.map((d: any) => d.field), ['size_gb'], 'the refusal names the field asked with');
+    t.match(huge.body.error.message, /room for 16000 GB storage more/);
+    t.notMatch(huge.body.error.message, /cpus|RAM/, 'a volume asks for storage only');
     const l = await call('GET', '/v1/data');
     t.equal(l.status, 200);
     t.same(l.body.volumes.map((v: any) => v.name), ['vol-a']);
@@ -121,6 +126,7 @@ t.test('data volumes on real boxes', async (t) => {
     t.equal((await as('DELETE', '/v1/data/vol-a')).status, 404);
     t.equal((await as('POST', '/v1/data/vol-a/snapshots', { name: 'x' })).status, 404);
     t.equal((await as('POST', '/v1/data/vol-a/backups', {})).status, 404);
+    t.equal((await as('POST', '/v1/data', { name: 'vol-x', project: 'vol' })).status, 404, 'nor made in a project this token does not reach');
     const mine = await as('POST', '/v1/data', { name: 'vol-other', size_gb: 1 });
     t.equal(mine.status, 201, mine.text);
     t.equal(mine.body.project, 'other', "a project token's volume is its project's");

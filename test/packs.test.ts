@@ -214,8 +214,8 @@ t.test('packs on a real host', async (t) => {
     t.equal((await call('GET', '/v1/events?project=pk', undefined, other)).status, 404);
     t.equal((await call('POST', '/v1/packs', manifest, other)).status, 403, 'a project token installs no pack');
     const probe = await call('POST', '/v1/projects/pk/boxes', { name: 'probe', env_from: [{ alias: 'a', box: 'kv1' }] }, other);
-    t.equal(probe.status, 403, "another project's boxes are not probed through env_from");
-    t.equal((await call('POST', '/v1/projects/pk/boxes', { name: 'probe', pack: 'kv' }, other)).status, 403);
+    t.equal(probe.status, 404, "another project's boxes are not probed through env_from: the project is not there for this token");
+    t.equal((await call('POST', '/v1/projects/pk/boxes', { name: 'probe', pack: 'kv' }, other)).status, 404);
   });
 
   t.test('the event stream: each new event pushed in order; Last-Event-ID resumes without loss', async (t) => {

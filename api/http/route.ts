@@ -64,10 +64,16 @@ export const defineRoute = <B = any, Q = any, P = any>(def: RouteDef<B, Q, P>): 
 
 export const expressPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
 
-/** Joi failures become 400 with one `{field, issue}` per failed field. */
-export function validate<T>(schema: Joi.Schema<T> | undefined, value: unknown, where: string): T {
+/**
+ * Joi failures become 400 with one `{field, issue}` per failed field. A path or query value is
+ * text and is converted to the type its schema names (`?wait=30`); a body's value must already
+ * be that type: `"port": "80"` is a string where the spec says integer, refused, not converted
+ * (docs/decisions.md "Requests and errors"). A body schema that normalises text (a lowercased
+ * domain) says so with `.prefs({ convert: true })` on that field.
+ */
+export function validate<T>(schema: Joi.Schema<T> | undefined, value: unknown, where: 'path' | 'query' | 'body'): T {
   if (!schema) return value as T;
-  const { value: out, error } = schema.validate(value, { abortEarly: false, convert: true });
+  const { value: out, error } = schema.validate(value, { abortEarly: false, convert: where !== 'body' });
   if (error) {
     const details = error.details.map((d) => ({
       field: d.path.length ? d.path.join('.') : where,
@@ -152,6 +158,25 @@ function wellFormed(key: string, value: unknown): unknown {
   return value;
 }
 
+/**
+ * A query whose percent-encoding is broken (`?path=%zz`, `%C3%28`) is refused: express's parser
+ * would hand on the raw text, and a file named `a%zzb` would be written where the caller meant
+ * something else. Checked after the caller is known, so a caller without a token hears 401 first.
+ */
+export function assertQueryEncoding(url: string | undefined): void {
+  const at = (url ?? '').indexOf('?');
+  if (at < 0) return;
+  for (const part of url!.slice(at + 1).split('&')) {
+    for (const piece of part.split('=')) {
+      try {
+        decodeURIComponent(piece.replace(/\+/g, ' '));
+      } catch {
+        throw invalid('the query is not valid percent-encoding', [{ field: 'query', issue: 'is not valid percent-encoded UTF-8' }]);
+      }
+    }
+  }
+}
+
 export function bearer(req: { headers: { authorization?: string } }): string | undefined {
   const h = req.headers.authorization;
   if (!h) return undefined;
@@ -190,6 +215,7 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
           }
         }
         const params = validate(def.params, req.params, 'path');
+        assertQueryEncoding(req.originalUrl);
         const query = validate(def.query, { ...(req.query as object) }, 'query');
         const rawBody = req.body === undefined && def.body ? {} : req.body;
         const body = def.rawBody ? undefined : validate(def.body, rawBody, 'body');

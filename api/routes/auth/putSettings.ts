@@ -3,7 +3,8 @@ import { defineRoute } from '../../http/route';
 import { AuthSettingsUpdate, updateAuthSettings } from '../../../domain/authSettings';
 import { authSettingsResponse } from './schemas';
 
-const domain = Joi.string().hostname().lowercase();
+/** Domains and emails are stored lowercased (a body's other values are never converted). */
+const domain = Joi.string().hostname().lowercase().prefs({ convert: true });
 
 export default defineRoute<AuthSettingsUpdate>({
   method: 'put',
@@ -14,7 +15,7 @@ export default defineRoute<AuthSettingsUpdate>({
   body: Joi.object({
     allow_all_idp_accounts: Joi.boolean().allow(null),
     allowed_domains: Joi.array().items(domain).unique().allow(null),
-    allowed_emails: Joi.array().items(Joi.string().email({ tlds: false }).lowercase()).unique().allow(null),
+    allowed_emails: Joi.array().items(Joi.string().email({ tlds: false }).lowercase().prefs({ convert: true })).unique().allow(null),
     protect_system_domains: Joi.boolean().allow(null),
   }),
   responses: { 200: { description: 'the settings now in force', schema: authSettingsResponse } },

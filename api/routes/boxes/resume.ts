@@ -11,6 +11,7 @@ export default defineRoute<unknown, { wait?: number }, BoxParams>({
   tag: 'boxes',
   params: boxParams,
   query: Joi.object(waitQuery),
+  body: Joi.object({}).description('nothing: a field here is refused (400), not ignored'),
   responses: acceptedResponses,
   handler: async ({ api, identity, params, query }) => acceptedReply(api, await changeBoxState(api, identity, params.project, params.name, 'resume'), query.wait),
 });

@@ -12,6 +12,7 @@ export default defineRoute<unknown, { wait?: number }, SnapshotParams>({
   tag: 'snapshots',
   params: snapshotParams,
   query: Joi.object(waitQuery),
+  body: Joi.object({}).description('nothing: a field here is refused (400), not ignored'),
   responses: {
     ...acceptedResponses,
     409: { description: 'the box is not running or stopped; snapshots or forks made after this snapshot would be lost (named in the message and details)' },
