@@ -176,6 +176,12 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     });
     t.equal(big.status, 413);
     t.equal(big.body.error.code, 'payload_too_large');
+    // A caller without a valid token hears 401 before anything about its body (nothing is parsed).
+    for (const raw of ['{"name": "big", "pad": "' + 'x'.repeat(1024 * 1024 + 10) + '"}', '{not json', '{"name": 1}']) {
+      const anon = await host.call('POST', '/v1/repohost/grants', { raw, token: null });
+      t.equal(anon.status, 401, `no token, body ${raw.slice(0, 12)}…: 401`);
+      t.equal(anon.body.error.code, 'unauthenticated');
+    }
 
     const unknownField = await host.call('POST', '/v1/repohost/grants', { body: { name: 'g', permissions: {}, repositories: [], extra: 1 } });
     t.equal(unknownField.status, 400);

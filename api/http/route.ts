@@ -195,25 +195,35 @@ export async function identify(api: ApiContext, req: Request): Promise<Identity>
   return identity;
 }
 
-/** Mounts every route on a router: body parsing, auth, validation, then the handler's reply. */
+/** Mounts every route on a router: auth, body parsing, validation, then the handler's reply. The
+ *  caller is known before its body is read: one without a valid token hears 401, not what is
+ *  wrong with its body (413, 400), and costs no parse. */
 export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
   const router = express.Router();
   for (const def of routes) {
     const handlers: express.RequestHandler[] = [];
+    if ((def.access ?? 'token') !== 'public') {
+      handlers.push(async (req: Request, res: Response, next: NextFunction) => {
+        try {
+          const identity = await identify(api, req);
+          res.locals.identity = identity;
+          if (def.access === 'admin' && identity.projects !== null) {
+            throw forbidden('this route needs a token that is not limited to projects');
+          }
+          next();
+        } catch (e) {
+          next(e);
+        }
+      });
+    }
     if (!def.rawBody && def.method !== 'get' && def.method !== 'delete') {
       handlers.push(utf8Only, express.json({ limit: def.bodyLimit ?? '1mb', strict: false, verify: verifyUtf8, reviver: wellFormed }));
       if (def.yaml) handlers.push(express.text({ type: YAML_TYPES, limit: def.bodyLimit ?? '1mb', verify: verifyUtf8 }), parseYamlBody);
     }
     handlers.push(async (req: Request, res: Response, next: NextFunction) => {
       try {
-        let identity = undefined as unknown as Identity;
-        if ((def.access ?? 'token') !== 'public') {
-          identity = await identify(api, req);
-          res.locals.identity = identity;
-          if (def.access === 'admin' && identity.projects !== null) {
-            throw forbidden('this route needs a token that is not limited to projects');
-          }
-        }
+        // Set by the first handler on every route whose access is not `public`.
+        const identity = ((def.access ?? 'token') !== 'public' ? res.locals.identity : undefined) as Identity;
         const params = validate(def.params, req.params, 'path');
         assertQueryEncoding(req.originalUrl);
         const query = validate(def.query, { ...(req.query as object) }, 'query');
