@@ -40,8 +40,64 @@ export function testDataDir(): string {
   return claimDir(fs.mkdtempSync(path.join(os.tmpdir() === '/tmp' ? '/var/tmp' : os.tmpdir(), 'bh-test-')));
 }
 
-/** A random /16 per host so leftovers of one test run never collide with the next. */
-export const testSubnet = () => `10.${100 + Math.floor(Math.random() * 100)}.0.0/16`;
+/** Where test processes claim their hosts' /16s: one file per second octet holding the pid. */
+const SUBNET_CLAIMS = '/run/boxhost-test-subnets';
+
+/** Second octets of the 10.x routes the machine has now (a live host's or a killed run's bridges). */
+function routedOctets(): Set<number> {
+  const out = new Set<number>();
+  const table = fs.existsSync('/proc/net/route') ? fs.readFileSync('/proc/net/route', 'utf8') : '';
+  for (const line of table.split('\n').slice(1)) {
+    const dest = line.split('\t')[1];
+    // Little-endian hex: "0000650A" is 10.101.0.0.
+    if (dest && dest.length === 8 && dest.slice(6) === '0A') out.add(parseInt(dest.slice(4, 6), 16));
+  }
+  return out;
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+/**
+ * A /16 of 10.100–199 per test host that no other host alive on the machine has: the suite runs
+ * several files at once, each with hosts of its own, and two hosts on one /16 would give their
+ * projects' bridges the same addresses (a box of one unreachable from the host). A claim is a
+ * file holding the claiming process's pid, taken over once that process is gone; a /16 with a
+ * route already (a bridge another run left) is passed over.
+ */
+const myClaims = new Set<string>();
+process.on('exit', () => {
+  for (const c of myClaims) fs.rmSync(c, { force: true });
+});
+
+export function testSubnet(): string {
+  fs.mkdirSync(SUBNET_CLAIMS, { recursive: true });
+  const routed = routedOctets();
+  const octets = Array.from({ length: 100 }, (_, i) => 100 + i).sort(() => Math.random() - 0.5);
+  for (const x of octets) {
+    if (routed.has(x)) continue;
+    const claim = path.join(SUBNET_CLAIMS, String(x));
+    for (let tries = 0; tries < 2; tries++) {
+      try {
+        fs.writeFileSync(claim, String(process.pid), { flag: 'wx' });
+        myClaims.add(claim);
+        return `10.${x}.0.0/16`;
+      } catch {
+        // Empty: its maker has created it and not yet written its pid.
+        const holder = Number(fs.readFileSync(claim, 'utf8').trim() || '0');
+        if (holder === 0 || holder === process.pid || alive(holder)) break;
+        fs.rmSync(claim, { force: true });
+      }
+    }
+  }
+  return `10.${100 + Math.floor(Math.random() * 100)}.0.0/16`;
+}
 
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig(
