@@ -27,7 +27,7 @@ import { checkPublishName } from '../core/services';
  */
 export async function createBoxOrInstance(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest): Promise<Accepted<Box>> {
   // Before anything of the project is looked at (env_from boxes) or started (a pack's build).
-  if (identity.projects !== null && !identity.projects.includes(project)) assertProject(identity, project, `project ${project}`);
+  assertProject(identity, project, `project ${project}`);
   if (req.lifecycle !== undefined && req.lifecycle !== null) {
     if (req.lifecycle !== 'dev') throw invalidField('lifecycle', 'only dev is accepted; deploy instances are set internally');
     if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');

@@ -113,6 +113,8 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     }
     const malformed = await host.call('GET', '/v1/tokens', { token: null, headers: { authorization: 'Basic abc' } });
     t.equal(malformed.status, 401);
+    t.equal((await host.call('GET', '/v1/projects/-/boxes?tag=%zz', { token: null })).status, 401, 'without a token, 401 before the broken query');
+    t.equal((await host.call('GET', '/v1/projects/-/boxes?tag=%zz')).status, 400, 'with one, the broken query');
   });
 
   t.test('tokens: secret once, hashed at rest, expiry, project limit, revoke', async (t) => {
@@ -216,6 +218,12 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     t.equal(put2.body.settings.protect_system_domains, true);
     t.same((await host.call('GET', '/v1/auth/settings')).body.settings, put2.body.settings);
     t.equal((await host.call('PUT', '/v1/auth/settings', { body: { allowed_emails: ['not-an-email'] } })).status, 400);
+    // The one body normalised rather than refused: domains and emails are kept lowercased.
+    const mixed = await host.call('PUT', '/v1/auth/settings', { body: { allowed_domains: ['Example.COM'], allowed_emails: ['Ann@Example.COM'] } });
+    t.equal(mixed.status, 200, mixed.text);
+    t.same([mixed.body.settings.allowed_domains, mixed.body.settings.allowed_emails], [['example.com'], ['ann@example.com']]);
+    t.equal((await host.call('PUT', '/v1/auth/settings', { body: { allowed_domains: ['a.com', 'A.com'] } })).status, 400, 'duplicates once lowercased');
+    t.equal((await host.call('PUT', '/v1/auth/settings', { body: { protect_system_domains: 'true' } })).status, 400, 'a string is no boolean');
   });
 
   t.test('repository-host grants', async (t) => {

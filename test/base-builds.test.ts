@@ -109,6 +109,9 @@ t.test('base builds on a real host', async (t) => {
     const other = (await call('POST', '/v1/tokens', { name: 'other-build', projects: ['other'] })).body.token;
     t.equal((await host.call('GET', `/v1/base-builds/${buildId}`, { token: other })).status, 404);
     t.equal((await host.call('GET', `/v1/base-builds/${buildId}/logs`, { token: other })).status, 404);
+    const elsewhere = await host.call('POST', '/v1/base-builds', { token: other, body: { base: 'sneaky', parent: 'busybox', script: 'true', project: 'bb' } });
+    t.equal(elsewhere.status, 404, `nor is one started in a project this token does not reach: ${elsewhere.text}`);
+    t.equal(elsewhere.body.error.message, 'project bb not found');
   });
 
   t.test('the CLI: box build start -f, status, logs; box base build', async (t) => {

@@ -190,6 +190,14 @@ t.test('on a real host', async (t) => {
       t.ok(typeof r.body?.error?.code === 'string' && Array.isArray(r.body.error.details), 'the error body');
       t.notMatch(r.text, /\/var\/tmp|\/run\/boxhost|bh-test/, 'no host path in it');
     }
+    // A path whose escapes are broken is refused, not written under its raw text.
+    for (const query of ['path=/tmp/a%zzb', 'path=/tmp/%C3%28', 'path=/tmp/x&mode=%']) {
+      const r = await host.call('PUT', `${F}?${query}`, { raw: Buffer.from('x'), contentType: 'application/octet-stream' });
+      t.equal(r.status, 400, `PUT ?${query}: 400`);
+      t.same(r.body?.error?.details, [{ field: 'query', issue: 'is not valid percent-encoded UTF-8' }]);
+    }
+    const tmp = (await host.call('GET', `${F}/list?${q('/tmp')}`)).body.entries.map((e: any) => e.name);
+    t.same(tmp.filter((n: string) => /%|a.zzb|\(|^x$/.test(n)), [], `nothing written for them (/tmp holds ${JSON.stringify(tmp)})`);
   });
 
   t.test('links out of the box never reach a host file', async (t) => {

@@ -76,6 +76,9 @@ t.test('box snapshots on real boxes', async (t) => {
     const other = (await call('POST', '/v1/tokens', { name: 'other-snap', projects: ['other'] })).body.token;
     t.equal((await host.call('GET', `${P}/web/snapshots`, { token: other })).status, 404, "another project's token: 404");
     t.equal((await host.call('POST', `${P}/web/snapshots/s1/restore`, { token: other })).status, 404);
+    const stray = await call('POST', `${P}/web/snapshots/s1/restore`, { bogus: 1 });
+    t.equal(stray.status, 400, 'a restore takes no body field');
+    t.same(stray.body.error.details, [{ field: 'bogus', issue: 'is not allowed' }]);
     t.equal((await host.call('DELETE', `${P}/web/snapshots/s1`, { token: other })).status, 404);
   });
 

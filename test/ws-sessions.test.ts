@@ -194,6 +194,10 @@ t.test('WebSocket exec and console', async (t) => {
     t.equal(tk.status, 201);
     t.match(tk.body, { ticket: /^bxk_/, expires_at: /Z$/ });
     t.ok(Date.parse(tk.body.expires_at) - Date.now() <= 30_000, 'valid 30 s');
+    // A handshake refused for its broken query (400) does not spend the ticket.
+    const broken = await connect(execUrl(['true'], `&cwd=%zz&ticket=${tk.body.ticket}`));
+    t.equal('refused' in broken && broken.refused, 400, 'a broken percent-escape in the query: 400');
+    t.match('body' in broken ? broken.body : {}, { error: { code: 'invalid_argument', details: [{ field: 'query' }] } });
     const s = await open(execUrl(['echo', 'via-ticket'], `&ticket=${tk.body.ticket}`));
     t.same(await s.status, { exit_code: 0 });
     t.equal(s.out, 'via-ticket\n', 'a ticket instead of the header');

@@ -18,6 +18,15 @@ function parameters(def: RouteDef) {
 }
 
 /** The OpenAPI 3.1 document, made from the same route definitions the server mounts. */
+/** A body is required when its schema asks for something of it: a required key, or a rule over
+ *  keys (`xor`, `or`); one that takes nothing or only optional fields may be left out (the api
+ *  reads a missing body as `{}`). */
+function bodyRequired(schema: Joi.Schema): boolean {
+  const d = schema.describe() as { type?: string; keys?: Record<string, { flags?: { presence?: string } }>; dependencies?: unknown[] };
+  if (d.type !== 'object') return true;
+  return Object.values(d.keys ?? {}).some((k) => k.flags?.presence === 'required') || (d.dependencies?.length ?? 0) > 0;
+}
+
 export function buildOpenApi(routes: RouteDef[], version: string) {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const def of routes) {
@@ -40,7 +49,7 @@ export function buildOpenApi(routes: RouteDef[], version: string) {
       operationId: `${def.method}${def.path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
       security: def.access === 'public' ? [] : [{ bearer: [] }],
       parameters: parameters(def),
-      ...(def.body ? { requestBody: { required: true, content: { 'application/json': { schema: toSchema(def.body) } } } } : {}),
+      ...(def.body ? { requestBody: { required: bodyRequired(def.body), content: { 'application/json': { schema: toSchema(def.body) } } } } : {}),
       ...(def.rawBody ? { requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } } } : {}),
       responses,
     };

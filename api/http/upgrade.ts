@@ -6,6 +6,7 @@ import { BoxhostError, invalid, notFound, unauthenticated } from '../../core/err
 import type { ApiContext, Identity } from '../context';
 import { httpStatusOf } from './errorHandler';
 import { admitCaller } from './rateLimit';
+import { assertQueryEncoding } from './route';
 import { prepareSession, SESSION_PATHS } from '../ws/sessions';
 
 /**
@@ -33,6 +34,13 @@ export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, r
   let identity = await admitCaller(api, req);
   // A browser's ticket (POST /v1/tickets) instead of a header: good for this one handshake.
   const ticket = new URL(req.url ?? '/', 'http://upgrade.invalid').searchParams.get('ticket');
+  if (!identity && ticket === null) return unauthenticated();
+  // Before a ticket is spent on a handshake that is refused for its query anyway.
+  try {
+    assertQueryEncoding(req.url);
+  } catch (e) {
+    return e as BoxhostError;
+  }
   if (!identity && ticket !== null) {
     identity = (await api.limits.tickets.redeem(ticket)) ?? undefined;
     if (!identity) return unauthenticated('the ticket is unknown, used or expired');

@@ -4,7 +4,7 @@ import type { Application } from 'express-ws';
 import type WebSocket from 'ws';
 import type { ApiContext, Identity } from '../context';
 import { CONSOLE_COMMAND, ExecSession, ExecSessionRequest, openSession, relaySession } from '../../domain/sessions';
-import { assertQueryEncoding, validate } from '../http/route';
+import { validate } from '../http/route';
 import { NAME_PATTERN } from '../http/schemas';
 
 /** The WebSocket routes (DESIGN.md §4), OpenAPI-style. */
@@ -58,7 +58,6 @@ export async function prepareSession(api: ApiContext, req: http.IncomingMessage,
   const seg = segments(req.url ?? '/');
   const [project, name, kind] = [seg[3], seg[5], seg[6]];
   validate(Joi.object({ project: Joi.string().pattern(NAME_PATTERN), name: Joi.string().pattern(NAME_PATTERN) }), { project, name }, 'path');
-  assertQueryEncoding(req.url);
   let request: ExecSessionRequest;
   if (kind === 'exec') {
     const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number; no_hup: boolean };

@@ -24,8 +24,8 @@ export default defineRoute<StartBaseBuildRequest, { wait?: number }>({
     200: { description: 'with `wait`: the build finished in time (succeeded or failed), as GET /v1/base-builds/{id} shows it', schema: buildSchema },
     202: { description: 'accepted (status queued); a cached build answers status succeeded at once', schema: buildStartSchema },
     400: { description: 'both forms or neither (pack, or base + parent + script); an unknown parent' },
-    403: { description: 'a project this token cannot reach; a shared base name and a project-limited token' },
-    404: { description: 'the pack form names a pack that is not installed' },
+    403: { description: 'a shared base name and a project-limited token' },
+    404: { description: 'the pack form names a pack that is not installed; a project this token cannot reach (as if it did not exist)' },
     409: { description: 'the base name belongs to another project; the version is being made; force while boxes use the version' },
   },
   handler: async ({ api, identity, body, query }) => {

@@ -25,6 +25,6 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     pack: name().allow(null),
     tags: stringMap().allow(null),
   }),
-  responses: { ...acceptedResponses, 409: { description: "the name is taken, no node has room, the project's network on the node has no free address, or no network is left for a new project" } },
+  responses: { ...acceptedResponses, 404: { description: 'a project this token cannot reach (as if it did not exist)' }, 409: { description: "the name is taken, no node has room, the project's network on the node has no free address, or no network is left for a new project" } },
   handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBoxOrInstance(api, identity, params.project, body), query.wait),
 });

@@ -21,7 +21,7 @@ export default defineRoute<CreateDataVolumeRequest>({
     201: { description: 'made', schema: volumeSchema },
     202: { description: 'still being made after 30 s: poll Location or GET /v1/operations/{Operation-Id}', schema: volumeSchema },
     400: { description: 'a bad name or size' },
-    403: { description: 'a project this token cannot reach' },
+    404: { description: 'a project this token cannot reach (as if it did not exist)' },
     409: { description: 'the name is taken' },
     429: { description: "the project's volumes or storage quota is used up" },
     507: { description: 'no node has room for its quota' },

@@ -1,3 +1,4 @@
+import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { controlService } from '../../../domain/services';
 import { serviceErrors, serviceParams, ServiceParams, serviceSchema } from './schemas';
@@ -8,6 +9,7 @@ export default defineRoute<unknown, unknown, ServiceParams>({
   summary: 'Restart a service (stop with its own signal and grace, then start)',
   tag: 'services',
   params: serviceParams,
+  body: Joi.object({}).description('nothing: a field here is refused (400), not ignored'),
   responses: { 200: { description: 'the service as it is now', schema: serviceSchema }, ...serviceErrors },
   handler: async ({ api, identity, params }) => ({ body: await controlService(api, identity, params.project, params.name, params.service, 'restart') }),
 });
