@@ -17,7 +17,6 @@ function parameters(def: RouteDef) {
   return out;
 }
 
-/** The OpenAPI 3.1 document, made from the same route definitions the server mounts. */
 /** A body is required when its schema asks for something of it: a required key, or a rule over
  *  keys (`xor`, `or`); one that takes nothing or only optional fields may be left out (the api
  *  reads a missing body as `{}`). */
@@ -27,6 +26,7 @@ function bodyRequired(schema: Joi.Schema): boolean {
   return Object.values(d.keys ?? {}).some((k) => k.flags?.presence === 'required') || (d.dependencies?.length ?? 0) > 0;
 }
 
+/** The OpenAPI 3.1 document, made from the same route definitions the server mounts. */
 export function buildOpenApi(routes: RouteDef[], version: string) {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const def of routes) {

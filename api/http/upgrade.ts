@@ -41,11 +41,10 @@ export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, r
   } catch (e) {
     return e as BoxhostError;
   }
-  if (!identity && ticket !== null) {
-    identity = (await api.limits.tickets.redeem(ticket)) ?? undefined;
+  if (!identity) {
+    identity = (await api.limits.tickets.redeem(ticket!)) ?? undefined;
     if (!identity) return unauthenticated('the ticket is unknown, used or expired');
   }
-  if (!identity) return unauthenticated();
   (req as UpgradeRequest).identity = identity;
   let path: string;
   try {

@@ -9,7 +9,7 @@ import type { Test } from 'tap';
 import { loadConfig, Config } from '../../core/config';
 import { startHost, Host, HostOptions } from '../../server/host';
 import { cleanupHost } from './cleanup';
-import { claimDir } from './owner';
+import { claimDir, ownerStamp, stampOwner } from './owner';
 import { makePgSchema, PgSchema, testDbKind } from './db';
 
 export interface TestHost extends Host {
@@ -55,27 +55,20 @@ function routedOctets(): Set<number> {
   return out;
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
-
-/**
- * A /16 of 10.100–199 per test host that no other host alive on the machine has: the suite runs
- * several files at once, each with hosts of its own, and two hosts on one /16 would give their
- * projects' bridges the same addresses (a box of one unreachable from the host). A claim is a
- * file holding the claiming process's pid, taken over once that process is gone; a /16 with a
- * route already (a bridge another run left) is passed over.
- */
+/** This process's claims, dropped as it exits. */
 const myClaims = new Set<string>();
 process.on('exit', () => {
   for (const c of myClaims) fs.rmSync(c, { force: true });
 });
 
+/**
+ * A /16 of 10.100–199 per test host that no other host alive on the machine has: the suite runs
+ * several files at once, each with hosts of its own, and two hosts on one /16 would give their
+ * projects' bridges the same addresses (a box of one unreachable from the host). A claim is a
+ * file holding the claiming process's stamp (test/helpers/owner.ts: pid and start time), taken
+ * over once that process is gone; a /16 with a route already (a bridge another run left) is
+ * passed over.
+ */
 export function testSubnet(): string {
   fs.mkdirSync(SUBNET_CLAIMS, { recursive: true });
   const routed = routedOctets();
@@ -85,13 +78,18 @@ export function testSubnet(): string {
     const claim = path.join(SUBNET_CLAIMS, String(x));
     for (let tries = 0; tries < 2; tries++) {
       try {
-        fs.writeFileSync(claim, String(process.pid), { flag: 'wx' });
+        fs.writeFileSync(claim, ownerStamp(), { flag: 'wx' });
         myClaims.add(claim);
         return `10.${x}.0.0/16`;
       } catch {
-        // Empty: its maker has created it and not yet written its pid.
-        const holder = Number(fs.readFileSync(claim, 'utf8').trim() || '0');
-        if (holder === 0 || holder === process.pid || alive(holder)) break;
+        // Gone since (its holder exited): try again. Empty: its maker has not written it yet.
+        let text: string;
+        try {
+          text = fs.readFileSync(claim, 'utf8');
+        } catch {
+          continue;
+        }
+        if (!text || stampOwner(text) !== null) break;
         fs.rmSync(claim, { force: true });
       }
     }

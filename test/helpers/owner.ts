@@ -23,13 +23,25 @@ function startTime(pid: number): string | null {
   }
 }
 
+/** What a claim holds: this process's pid and start time. */
+export const ownerStamp = () => `${process.pid} ${startTime(process.pid)}\n`;
+
+/** The pid of the running process whose stamp `text` is (this process's too), else null. */
+export function stampOwner(text: string): number | null {
+  const [pid, start] = text.trim().split(' ');
+  const n = Number(pid);
+  if (!Number.isInteger(n) || n <= 0) return null;
+  return start && startTime(n) === start ? n : null;
+}
+
 /** Marks `dir` as this process's; returns it. */
 export function claimDir(dir: string): string {
-  fs.writeFileSync(path.join(dir, OWNER_FILE), `${process.pid} ${startTime(process.pid)}\n`);
+  fs.writeFileSync(path.join(dir, OWNER_FILE), ownerStamp());
   return dir;
 }
 
-/** The pid of the running process that claimed `dir`, else null (none claimed it, or it ended). */
+/** The pid of the running process that claimed `dir`, else null (none claimed it, it ended, or
+ *  it is this process). */
 export function liveOwner(dir: string): number | null {
   let text: string;
   try {
@@ -37,8 +49,6 @@ export function liveOwner(dir: string): number | null {
   } catch {
     return null;
   }
-  const [pid, start] = text.trim().split(' ');
-  const n = Number(pid);
-  if (!Number.isInteger(n) || n <= 0 || n === process.pid) return null;
-  return start && startTime(n) === start ? n : null;
+  const owner = stampOwner(text);
+  return owner === process.pid ? null : owner;
 }
