@@ -2,8 +2,9 @@ import crypto from 'node:crypto';
 import express from 'express';
 import pinoHttp from 'pino-http';
 import type { ApiContext } from './context';
-import { mountRoutes } from './http/route';
-import { errorHandler, unknownRoute } from './http/errorHandler';
+import { mountRoutes, unknownRoute } from './http/route';
+import { errorHandler } from './http/errorHandler';
+import { websocketRoutes } from './http/upgrade';
 import { rateLimitRequests } from './http/rateLimit';
 import { routes } from './routes';
 
@@ -29,7 +30,7 @@ export function createApp(api: ApiContext, metricsMiddleware: express.RequestHan
   app.use(metricsMiddleware);
   app.use(rateLimitRequests(api, routes));
   app.use(mountRoutes(api, routes));
-  app.use(unknownRoute);
+  app.use(unknownRoute(routes, websocketRoutes));
   app.use(errorHandler);
   return app;
 }

@@ -172,6 +172,34 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     const unknown = await host.call('GET', '/v1/nothing-here');
     t.equal(unknown.status, 404);
     t.equal(unknown.body.error.code, 'not_found');
+    t.equal((await host.call('PATCH', '/v1/projects/alpha/nothing-here')).status, 404, 'an unknown path under any method is 404');
+
+    // A route's path under a method it does not take: 405 naming the methods it does (Allow).
+    for (const [method, p, allow] of [
+      ['PATCH', '/v1/projects/alpha/boxes', 'GET, HEAD, POST'],
+      ['DELETE', '/v1/projects/alpha/boxes/', 'GET, HEAD, POST'],
+      ['POST', '/v1/projects/alpha/boxes/web', 'DELETE, GET, HEAD, PUT'],
+      ['PUT', '/V1/TOKENS', 'GET, HEAD, POST'],
+      ['POST', '/healthz', 'GET, HEAD'],
+      ['POST', '/v1/projects/alpha/boxes/web/exec/ws', 'GET, HEAD'],
+    ] as const) {
+      for (const token of [undefined, null]) {
+        const r = await host.call(method, p, token === null ? { token: null } : {});
+        t.equal(r.status, 405, `${method} ${p} → 405${token === null ? ' (no token)' : ''}`);
+        t.equal(r.headers.get('allow'), allow, `${method} ${p}: Allow ${allow}`);
+        t.equal(r.body.error.code, 'invalid_argument');
+        t.same(r.body.error.details, [{ field: 'method', issue: `must be one of ${allow}` }]);
+      }
+    }
+    // A WebSocket route asked with plain HTTP: 426, with the upgrade it needs.
+    const plain = await host.call('GET', '/v1/projects/alpha/boxes/web/exec/ws?command=true');
+    t.equal(plain.status, 426);
+    t.equal(plain.headers.get('upgrade'), 'websocket');
+    t.equal(plain.body.error.code, 'invalid_argument');
+    // OPTIONS is answered with the methods (express's own answer).
+    const options = await rawRequest(host.url, 'OPTIONS', '/v1/projects/alpha/boxes');
+    t.equal(options.status, 200);
+    t.equal(options.headers.allow, 'GET, HEAD, POST');
 
     const big = await host.call('POST', '/v1/repohost/grants', {
       raw: JSON.stringify({ name: 'big', permissions: {}, repositories: [], pad: 'x'.repeat(1024 * 1024 + 10) }),

@@ -92,4 +92,3 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   res.status(status).json(error.toBody());
 };
 
-export const unknownRoute: RequestHandler = (req, _res, next) => next(notFound(`route ${req.method} ${req.path}`));

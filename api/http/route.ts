@@ -5,7 +5,7 @@ import YAML from 'yaml';
 import type { ApiContext } from '../context';
 import type { Identity } from '../../domain/context';
 import { authenticate } from '../../domain/tokens';
-import { BoxhostError, forbidden, invalid, unauthenticated } from '../../core/errors';
+import { BoxhostError, forbidden, invalid, notFound, unauthenticated } from '../../core/errors';
 import { NotUnicodeError, StatusError } from './errorHandler';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -63,6 +63,11 @@ export interface RouteDef<B = any, Q = any, P = any> {
 export const defineRoute = <B = any, Q = any, P = any>(def: RouteDef<B, Q, P>): RouteDef<B, Q, P> => def;
 
 export const expressPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
+
+/** A route's path written the OpenAPI way as a regular expression over a request's path,
+ *  matched as express matches it (any case, a trailing slash allowed). */
+export const pathPattern = (path: string) =>
+  new RegExp(`^${path.split('/').map((seg) => (/^\{\w+\}$/.test(seg) ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i');
 
 /**
  * Joi failures become 400 with one `{field, issue}` per failed field. A path or query value is
@@ -244,3 +249,24 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
   return router;
 }
 
+/**
+ * What no route answered: 405 with `Allow` when the path is a route's under another method
+ * (RFC 9110 §15.5.6), 426 for a WebSocket route asked without a handshake, else 404. The code
+ * stays `invalid_argument` for both (DESIGN.md §3 names none of its own for them, as for 415:
+ * docs/decisions.md "Requests and errors").
+ */
+export function unknownRoute(routes: Pick<RouteDef, 'method' | 'path'>[], websocketPaths: string[]): express.RequestHandler {
+  const known = routes.map((r) => ({ method: r.method.toUpperCase(), pattern: pathPattern(r.path) }));
+  const sockets = websocketPaths.map(pathPattern);
+  return (req, _res, next) => {
+    if (req.method === 'GET' && sockets.some((p) => p.test(req.path))) {
+      return next(new StatusError(426, 'invalid_argument', `${req.path} is a WebSocket route: connect with a WebSocket handshake (Upgrade: websocket)`, [], { Upgrade: 'websocket', Connection: 'Upgrade' }));
+    }
+    const allowed = new Set(known.filter((r) => r.pattern.test(req.path)).map((r) => r.method));
+    if (sockets.some((p) => p.test(req.path))) allowed.add('GET');
+    if (allowed.size === 0) return next(notFound(`route ${req.method} ${req.path}`));
+    if (allowed.has('GET')) allowed.add('HEAD');
+    const allow = [...allowed].sort().join(', ');
+    next(new StatusError(405, 'invalid_argument', `${req.method} is not a method of ${req.path}: it takes ${allow}`, [{ field: 'method', issue: `must be one of ${allow}` }], { Allow: allow }));
+  };
+}

@@ -6,7 +6,7 @@ import { BoxhostError, invalid, notFound, unauthenticated } from '../../core/err
 import type { ApiContext, Identity } from '../context';
 import { httpStatusOf } from './errorHandler';
 import { admitCaller } from './rateLimit';
-import { assertQueryEncoding } from './route';
+import { assertQueryEncoding, pathPattern } from './route';
 import { prepareSession, SESSION_PATHS } from '../ws/sessions';
 
 /**
@@ -16,8 +16,6 @@ import { prepareSession, SESSION_PATHS } from '../ws/sessions';
  */
 export const websocketRoutes: string[] = [...SESSION_PATHS];
 
-const patternOf = (path: string) =>
-  new RegExp(`^${path.split('/').map((seg) => (/^\{\w+\}$/.test(seg) ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}$`);
 
 /** A handshake that passed `checkUpgrade`: who made it. */
 export type UpgradeRequest = http.IncomingMessage & { identity?: Identity };
@@ -53,8 +51,8 @@ export async function checkUpgrade(api: ApiContext, req: http.IncomingMessage, r
   } catch {
     return invalid('the path is not valid percent-encoding', [{ field: 'path', issue: 'is not valid percent-encoded UTF-8' }]);
   }
-  if (!routes.some((r) => patternOf(r).test(path))) return notFound(`WebSocket route ${path}`);
-  if (SESSION_PATHS.some((r) => patternOf(r).test(path))) await prepareSession(api, req, identity);
+  if (!routes.some((r) => pathPattern(r).test(path))) return notFound(`WebSocket route ${path}`);
+  if (SESSION_PATHS.some((r) => pathPattern(r).test(path))) await prepareSession(api, req, identity);
   return null;
 }
 
