@@ -124,6 +124,9 @@ func fileFailure(err error) *Failure {
 		kind = "permission"
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		kind = "no_space"
+	case errors.Is(err, syscall.EBUSY):
+		// A mount point (the agent's own /.boxhost/boxd, a volume's top): in use, not the agent's fault.
+		kind = "busy"
 	default:
 		kind = "internal"
 	}

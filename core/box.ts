@@ -50,6 +50,14 @@ export function projectedStatus(current: BoxStatus, pending: readonly BoxAction[
   return status === 'gone' ? 'deleting' : status;
 }
 
+/** The state words of a refusal: `running`, or `stopped, and will be deleted once the
+ *  operations queued on it have run` when queued operations change it. */
+export function describeState(current: BoxStatus, projected: BoxStatus): string {
+  if (projected === current) return current;
+  const will: Partial<Record<BoxStatus, string>> = { deleting: 'deleted', stopping: 'stopped', resuming: 'running', restoring: 'running', creating: 'running' };
+  return `${current}, and will be ${will[projected] ?? projected} once the operations queued on it have run`;
+}
+
 /** Whether `action` may be queued behind `pending` on a box now `current`. */
 export const allowed = (action: BoxAction, current: BoxStatus, pending: readonly BoxAction[]) =>
   TRANSITIONS[action].from.includes(projectedStatus(current, pending));

@@ -5,7 +5,7 @@ import type { Base, BaseProvenance, SaveBaseRequest } from '../core/apiTypes';
 import type { NodeClient } from '../cluster/types';
 import { basesRepo, BaseRow, NO_META } from '../db/repos/bases';
 import { boxesRepo } from '../db/repos/boxes';
-import { canSnapshot, projectedStatus } from '../core/box';
+import { canSnapshot, describeState, projectedStatus } from '../core/box';
 import { BoxhostError, conflict, forbidden, notFound } from '../core/errors';
 import { baseJobs } from '../jobs/baseJobs';
 import { resolveBase, visible } from './baseResolve';
@@ -102,7 +102,7 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
     await assertRoomForBase(trx, ctx.config.basesPerProject, project);
     const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
     if (box.status === 'creating' || !canSnapshot(projected)) {
-      const shown = box.status === 'creating' ? 'creating' : projected === box.status ? box.status : `going to be ${projected}`;
+      const shown = box.status === 'creating' ? 'creating' : describeState(box.status, projected);
       throw conflict(`box ${project}/${req.box} is ${shown}; it can be saved as a base when running or stopped`);
     }
     const reserved = await basesRepo.reserve(trx, {

@@ -3,7 +3,7 @@ import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
 import { resolveBase } from './baseResolve';
 import { operationsRepo, type OperationRow } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
-import { allowed, BoxAction, BoxStatus, canFork, canUpdate, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
+import { allowed, BoxAction, BoxStatus, canFork, canUpdate, describeState, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
 import { BoxhostError, conflict, invalidField, notFound } from '../core/errors';
 import type { Box, Publish } from '../core/apiTypes';
 import { publishesRepo } from '../db/repos/publishes';
@@ -113,8 +113,8 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
   // source's create); otherwise it is judged on the state it will be in (a source with a delete
   // queued is not forked; one stopping or resuming keeps its root and can be).
   const projected = projectedStatus(src.status, await pendingActions(ctx.db, src.id));
-  if (src.status === 'creating') throw conflict(`box ${boxName} is creating; it can be forked once it is running or stopped`);
-  if (!canFork(projected)) throw conflict(`box ${boxName} is going to be ${projected}; it can be forked once it is running or stopped`);
+  if (src.status === 'creating') throw conflict(`box ${project}/${boxName} is creating; it can be forked once it is running or stopped`);
+  if (!canFork(projected)) throw conflict(`box ${project}/${boxName} is ${describeState(src.status, projected)}; it can be forked once it is running or stopped`);
   if (snapshot) {
     const snaps = await node.listSnapshots(src.id);
     if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
@@ -305,7 +305,7 @@ export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, 
     const pending = await pendingActions(trx, box.id);
     if (!allowed(action, box.status, pending)) {
       const projected = projectedStatus(box.status, pending);
-      throw conflict(`box ${project}/${name} is ${projected === box.status ? box.status : `going to be ${projected}`}; cannot ${action} it`);
+      throw conflict(`box ${project}/${name} is ${describeState(box.status, projected)}; cannot ${action} it`);
     }
     // Shown at once only when nothing at all is ahead of it: a snapshot queued before it runs
     // on the status the box has until this job's turn.

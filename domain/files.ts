@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { DomainContext, Identity } from './context';
-import { invalidField } from '../core/errors';
+import path from 'node:path';
+import { BoxhostError, invalidField } from '../core/errors';
 import type { FileList, FileStat } from '../core/apiTypes';
 import { runningBox } from './boxNode';
 
@@ -45,8 +46,19 @@ export async function readFile(ctx: DomainContext, identity: Identity, project: 
   return node.fileRead(id, checkPath(p));
 }
 
+/** Where the box's agent is bound in, read-only (docs/boxd.md): not the files API's to change
+ *  (as data mounts may not go there). A link that leads there meets the kernel in the box: the
+ *  bound agent is busy (409). */
+const AGENT_DIR = '/.boxhost';
+
+function checkWritable(p: string): string {
+  const n = path.posix.normalize(checkPath(p));
+  if (n === AGENT_DIR || n.startsWith(`${AGENT_DIR}/`)) throw new BoxhostError('permission_denied', `${AGENT_DIR} is where the box's agent is bound in; the files API does not change it`, [{ field: 'path', issue: `must not be ${AGENT_DIR} or under it` }]);
+  return p;
+}
+
 export async function writeFile(ctx: DomainContext, identity: Identity, project: string, name: string, p: string, data: Readable, mode?: string): Promise<FileStat> {
-  checkPath(p);
+  checkWritable(p);
   const m = parseMode(mode);
   const { id, node } = await boxNode(ctx, identity, project, name);
   return node.fileWrite(id, p, data, m);
@@ -54,5 +66,5 @@ export async function writeFile(ctx: DomainContext, identity: Identity, project:
 
 export async function deleteFile(ctx: DomainContext, identity: Identity, project: string, name: string, p: string, recursive: boolean): Promise<void> {
   const { id, node } = await boxNode(ctx, identity, project, name);
-  await node.fileDelete(id, checkPath(p), recursive);
+  await node.fileDelete(id, checkWritable(p), recursive);
 }

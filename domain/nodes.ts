@@ -67,11 +67,13 @@ function noRoom(where: string, nodes: [NodeRow, Committed][], need: Need): Boxho
           ? `${c.disk_gb} of ${r.alloc_disk_gb} GB storage`
           : `${c.boxes} of the ${r.alloc_boxes} box roots its storage can mount`;
   const why = shorts.map(([r, c, s]) => `node ${r.id} has ${s.map((res) => what(res, r, c)).join(', ')} promised`).join('; ');
-  // Storage alone (a data volume) is said as such, not as a box of 0 cpus and 0 MB RAM.
-  const asked = !need.boxes && !need.cpus && !need.ram_mb ? `${need.storage_gb} GB storage` : `${need.boxes ? `a box of ` : ''}${need.cpus} cpus, ${need.ram_mb} MB RAM, ${need.storage_gb} GB storage`;
+  // Only what is asked for: storage alone (a data volume) or more cpus (an update) is said as
+  // such, not as a box of 0 cpus and 0 MB RAM.
+  const parts = [need.cpus ? `${need.cpus} cpus` : '', need.ram_mb ? `${need.ram_mb} MB RAM` : '', need.storage_gb ? `${need.storage_gb} GB storage` : ''].filter(Boolean);
+  const asked = `${need.boxes ? 'a box of ' : ''}${parts.join(', ') || 'nothing'}`;
   const all = [...new Set(shorts.flatMap(([, , s]) => s))];
   const hint = all.includes('roots') ? ' (zfs-fuse mounts at most 1000 filesystems per machine, fewer with a small max-arc-size; delete boxes there, or add a node)' : '';
-  const message = `${where} has room for ${asked} more: ${why}${hint}`;
+  const message = `${where} has no room for ${asked} more: ${why}${hint}`;
   return new BoxhostError(shorts.every(([, , s]) => s.length > 0 && s.every(isStorage)) ? 'insufficient_storage' : 'conflict', message, all.map((res) => DETAIL[res]));
 }
 
@@ -178,7 +180,7 @@ export class NodeDirectory {
     if (candidates.length === 0) throw unavailable(`no node of region ${region} can take a box now: ${inRegion.map(unfit).join('; ')}`);
     const committed = await nodesRepo.committed(this.db);
     const withRoom = candidates.filter((r) => shortOf(r, committed.get(r.id) ?? EMPTY, need).length === 0);
-    if (withRoom.length === 0) throw noRoom(`no node of region ${region}`, candidates.map((r) => [r, committed.get(r.id) ?? EMPTY]), need);
+    if (withRoom.length === 0) throw noRoom(`region ${region}`, candidates.map((r) => [r, committed.get(r.id) ?? EMPTY]), need);
     const open = withRoom.filter((r) => !passOver.has(r.id));
     if (open.length === 0) throw conflict(withRoom.map((r) => passOver.get(r.id)).join('; '));
     const free = (r: NodeRow) => {

@@ -5,7 +5,7 @@ import type { BoxRecord } from '../db/repos/boxes';
 import type { OperationRow } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
 import { operationsRepo } from '../db/repos/operations';
-import { canSnapshot, projectedStatus } from '../core/box';
+import { canSnapshot, describeState, projectedStatus } from '../core/box';
 import { BoxhostError, conflict, notFound } from '../core/errors';
 import { boxJobs, boxSnapshotJob, BoxRestorePayload, BoxSnapshotPayload } from '../jobs/boxJobs';
 import { enqueueBoxJob, loadBox, pendingActions, queueBoxAction, reload } from './boxes';
@@ -72,7 +72,7 @@ export async function createSnapshot(ctx: DomainContext, identity: Identity, pro
     const ops = await operationsRepo.unfinishedForBox(trx, box.id);
     const projected = projectedStatus(box.status, await pendingActions(trx, box.id));
     if (box.status === 'creating' || !canSnapshot(projected)) {
-      const shown = box.status === 'creating' ? 'creating' : projected === box.status ? box.status : `going to be ${projected}`;
+      const shown = box.status === 'creating' ? 'creating' : describeState(box.status, projected);
       throw conflict(`box ${project}/${name} is ${shown}; it can be snapshotted when running or stopped`);
     }
     const queued = pendingOps(ops, boxSnapshotJob.kind);

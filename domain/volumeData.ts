@@ -143,7 +143,13 @@ export async function restoreVolume(ctx: DomainContext, identity: Identity, name
   const released = to !== null ? await assertMovable(ctx, identity, vol, to) : undefined;
   if (to === null) await ctx.nodes.assertUp(vol.node);
   const runningHolder = to !== null ? undefined : (await holdersOf(ctx.db, vol.id)).find((a) => VOLUME_HOLDING_STATUSES.has(a.projected) || a.projected === 'running');
-  if (runningHolder) throw conflict(`data volume ${name} is attached to box ${runningHolder.project}/${runningHolder.box}, which is ${runningHolder.projected === 'running' ? 'running' : `going to be ${runningHolder.projected}`}; stop the box (or detach the volume) first`);
+  if (runningHolder) {
+    const { project, box, projected } = runningHolder;
+    const state = projected === 'running' ? 'running' : `about to be ${projected}`;
+    throw conflict(runningHolder.detached
+      ? `data volume ${name} is still mounted in box ${project}/${box} (detached while it runs), which is ${state}; stop the box first`
+      : `data volume ${name} is attached to box ${project}/${box}, which is ${state}; stop the box (or detach the volume) first`);
+  }
   let payload;
   if ('snapshot' in req) {
     const { snapshots } = await nodeInfo(ctx, vol);

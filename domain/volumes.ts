@@ -196,14 +196,15 @@ export async function attachVolume(ctx: DomainContext, identity: Identity, name:
   return showBox(ctx, (await boxesRepo.byId(ctx.db, boxId)) ?? box0);
 }
 
-/** Detaches a volume from a box (200, the Box); the box keeps it mounted until its next stop. */
+/** Detaches a volume from a box (200, the Box); a running box that mounted it keeps it mounted until its next stop. */
 export async function detachVolume(ctx: DomainContext, identity: Identity, name: string, req: DetachDataRequest): Promise<Box> {
   const vol = await loadVolume(ctx, identity, name);
   const box0 = await loadBox(ctx, identity, req.project, req.box);
   await ctx.db.transaction(async (trx) => {
     const box = await loadBox({ db: trx }, identity, req.project, req.box, { lock: true });
     if (!box.data_mounts.some((m) => m.name === name)) throw conflict(`data volume ${name} is not attached to box ${req.project}/${req.box}`);
-    // A box that runs keeps the mount until it stops: the volume stays held by it till then.
+    // A box that runs keeps the mount until it stops: the volume stays held by it till then,
+    // unless its container started before the attach and never mounted it.
     await volumesRepo.detach(trx, vol.id, box.id, VOLUME_HOLDING_STATUSES.has(box.status));
     await boxesRepo.update(trx, box.id, { data_mounts: box.data_mounts.filter((m) => m.name !== name) });
   });

@@ -118,6 +118,37 @@ t.test('data volumes on real boxes', async (t) => {
     t.equal((await call('GET', '/v1/data/vol-b')).status, 404);
   });
 
+  t.test('detach from a running box that never mounted the volume lets go of it at once', async (t) => {
+    t.equal((await call('POST', '/v1/data', { name: 'vol-c', size_gb: 1 })).status, 201);
+    // Attached after w's start: w's container never had it.
+    t.equal((await call('POST', '/v1/data/vol-c/attach', { project: 'vol', box: 'w', path: '/late' })).status, 200);
+    t.equal((await call('DELETE', '/v1/data/vol-c')).status, 409, 'attached: held');
+    t.equal((await call('POST', '/v1/data/vol-c/detach', { project: 'vol', box: 'w' })).status, 200);
+    const snap = await call('POST', '/v1/data/vol-c/snapshots', { name: 's1' });
+    t.equal(snap.status, 201, snap.text);
+    const restored = await call('POST', '/v1/data/vol-c/restore?wait=60', { snapshot: 's1' });
+    t.equal(restored.status, 200, `restore runs while w runs: it never mounted vol-c (${restored.text.slice(0, 160)})`);
+    const mountedAtLate = "awk '$5 == \"/late\"' /proc/self/mountinfo | grep -q .";
+    t.not((await sh('w', mountedAtLate)).exit_code, 0, 'and w has no mount there');
+
+    // Positive control: attached, mounted by a start, detached, attached again while w still
+    // has it mounted, detached again: still held until w stops.
+    t.equal((await call('POST', '/v1/data/vol-c/attach', { project: 'vol', box: 'w', path: '/late' })).status, 200);
+    await stop('w');
+    await resume('w');
+    t.equal((await sh('w', mountedAtLate)).exit_code, 0, 'mounted at the start');
+    t.equal((await call('POST', '/v1/data/vol-c/detach', { project: 'vol', box: 'w' })).status, 200);
+    t.equal((await call('POST', '/v1/data/vol-c/attach', { project: 'vol', box: 'w', path: '/late' })).status, 200, 'attached again while still mounted');
+    t.equal((await call('POST', '/v1/data/vol-c/detach', { project: 'vol', box: 'w' })).status, 200);
+    const held = await call('POST', '/v1/data/vol-c/restore', { snapshot: 's1' });
+    t.equal(held.status, 409, 'the running box still has it mounted');
+    t.match(held.body.error.message, /vol\/w/);
+    t.equal((await call('DELETE', '/v1/data/vol-c')).status, 409, 'nor deleted under it');
+    await stop('w');
+    t.equal((await call('DELETE', '/v1/data/vol-c')).status, 204, 'free once w stopped');
+    await resume('w');
+  });
+
   t.test('another project cannot see or reach a volume', async (t) => {
     const other = (await call('POST', '/v1/tokens', { name: 'other-vol', projects: ['other'] })).body.token;
     const as = (method: string, p: string, body?: unknown) => host.call(method, p, { body, token: other });

@@ -183,6 +183,10 @@ t.test('on a real host', async (t) => {
       ['PUT', F, `${q('/tmp/x')}&mode=0999`, 400],
       ['DELETE', F, `${q('/')}`, 400],
       ['GET', `${P}/ghost/files`, `${q('/etc/hostname')}`, 404],
+      ['PUT', F, `${q('/.boxhost/boxd')}`, 403],
+      ['PUT', F, `${q('//./.boxhost/new')}`, 403],
+      ['DELETE', F, `${q('/.boxhost/boxd')}`, 403],
+      ['DELETE', F, `${q('/tmp/../.boxhost')}&recursive=true`, 403],
     ];
     for (const [method, base, query, status] of cases) {
       const r = await host.call(method, `${base}?${query}`, method === 'PUT' ? { raw: Buffer.from('x'), contentType: 'application/octet-stream' } : {});
@@ -190,6 +194,20 @@ t.test('on a real host', async (t) => {
       t.ok(typeof r.body?.error?.code === 'string' && Array.isArray(r.body.error.details), 'the error body');
       t.notMatch(r.text, /\/var\/tmp|\/run\/boxhost|bh-test/, 'no host path in it');
     }
+    // A 404's message names the path once, in the box's terms.
+    const missing = await host.call('GET', `${F}/stat?${q('/etc/nope')}`);
+    t.notMatch(missing.body.error.message, /not found/, `the agent's own words (${missing.body.error.message})`);
+    t.match(missing.body.error.message, /\/etc\/nope: no such file or directory$/);
+    // The agent is still there and serving, and reading it is allowed.
+    const agent = await host.call('GET', `${F}/stat?${q('/.boxhost/boxd')}`);
+    t.equal(agent.status, 200, agent.text);
+    // A mount point in use, reached through a link the kernel follows in the box: 409, not the
+    // agent reported down (a rename over a bind-mounted file is EBUSY).
+    t.equal((await host.call('POST', `${P}/f/exec`, { body: { command: ['ln', '-sfn', '/.boxhost', '/tmp/agentdir'] } })).body.exit_code, 0);
+    const busy = await host.call('PUT', `${F}?${q('/tmp/agentdir/boxd')}`, { raw: Buffer.from('x'), contentType: 'application/octet-stream' });
+    t.ok(busy.status === 409 || busy.status === 403, `a write over the agent through a link: ${busy.status} (${busy.text.slice(0, 160)})`);
+    t.not(busy.status, 503, 'not "the agent is not answering"');
+    t.equal((await host.call('POST', `${P}/f/exec`, { body: { command: ['true'] } })).body.exit_code, 0, 'the box still serves');
     // A path whose escapes are broken is refused, not written under its raw text.
     for (const query of ['path=/tmp/a%zzb', 'path=/tmp/%C3%28', 'path=/tmp/x&mode=%']) {
       const r = await host.call('PUT', `${F}?${query}`, { raw: Buffer.from('x'), contentType: 'application/octet-stream' });

@@ -682,7 +682,7 @@ t.test('NodeDirectory', async (t) => {
     t.equal(e.code, 'insufficient_storage', 'mounts are storage: 507');
     t.equal(
       e.message,
-      'no node of region roots has room for a box of 1 cpus, 64 MB RAM, 1 GB storage more: node roots-a has 2 of the 2 box roots its storage can mount promised; ' +
+      'region roots has no room for a box of 1 cpus, 64 MB RAM, 1 GB storage more: node roots-a has 2 of the 2 box roots its storage can mount promised; ' +
         'node roots-b has 3 of the 3 box roots its storage can mount promised (zfs-fuse mounts at most 1000 filesystems per machine, fewer with a small max-arc-size; delete boxes there, or add a node)',
     );
     t.same(e.details, [{ field: 'name', issue: 'no node can mount another box root' }]);

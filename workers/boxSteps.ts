@@ -121,6 +121,7 @@ export class BoxSteps implements BoxHost {
   private async volumeMounts(box: BoxRecord): Promise<(ContainerSpec['mounts'][number] & { volumeId: string })[]> {
     await volumesRepo.dropDetached(this.d.db, box.id);
     if (box.data_mounts.length === 0) return [];
+    await volumesRepo.markMounted(this.d.db, box.id);
     const rows = await volumesRepo.attachmentsOfBox(this.d.db, box.id);
     for (const r of rows) {
       // A restore swaps the dataset: the box waits for it (its job retries) rather than mount

@@ -41,13 +41,13 @@ export class BoxServiceError extends Error {
   }
 }
 
-/** A file operation in a box failed: `not_found` (404), `exists` (409), `permission` (403),
- *  `invalid` / `input` (400: a directory where a file was wanted, a path that is not absolute),
- *  `no_space` (507). */
+/** A file operation in a box failed: `not_found` (404), `exists` and `busy` (409: a mount point
+ *  in use), `permission` (403), `invalid` / `input` (400: a directory where a file was wanted, a
+ *  path that is not absolute), `no_space` (507). */
 export class BoxFileError extends Error {
   override name = 'BoxFileError';
   constructor(
-    readonly kind: 'not_found' | 'exists' | 'permission' | 'invalid' | 'input' | 'no_space',
+    readonly kind: 'not_found' | 'exists' | 'busy' | 'permission' | 'invalid' | 'input' | 'no_space',
     message: string,
   ) {
     super(message);

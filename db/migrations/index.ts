@@ -14,6 +14,7 @@ import * as m012 from './012_packs';
 import * as m013 from './013_deploys';
 import * as m014 from './014_webhooks';
 import * as m015 from './015_outputs';
+import * as m016 from './016_attachment_mounted';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -33,6 +34,7 @@ const all: Record<string, Migration> = {
   '013_deploys': m013,
   '014_webhooks': m014,
   '015_outputs': m015,
+  '016_attachment_mounted': m016,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

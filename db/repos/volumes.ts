@@ -27,6 +27,8 @@ export interface AttachmentRow {
   read_only: boolean | number;
   /** Detached while the box ran: still mounted there until it stops. */
   detached?: boolean | number;
+  /** A start of the box has bound it in since it was attached (false until then). */
+  mounted?: boolean | number;
   created_at: string;
 }
 
@@ -98,15 +100,27 @@ export const volumesRepo = {
   holders: (db: Db, volumeId: string) => db<AttachmentRow>('data_attachments').where({ volume_id: volumeId }).orderBy([{ column: 'project' }, { column: 'box' }]),
   /** What a box mounts at its start. */
   attachmentsOfBox: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: false }),
+  /** A row detached from the box while it ran with the volume mounted is taken back: it is
+   *  still mounted there. */
   async attach(db: Db, row: AttachmentRow): Promise<void> {
-    await db('data_attachments').where({ volume_id: row.volume_id, box_id: row.box_id, detached: true }).delete();
-    await db<AttachmentRow>('data_attachments').insert({ ...row, detached: false });
+    const lingering = await db<AttachmentRow>('data_attachments').where({ volume_id: row.volume_id, box_id: row.box_id, detached: true }).first();
+    if (lingering) await db('data_attachments').where({ volume_id: row.volume_id, box_id: row.box_id, detached: true }).delete();
+    await db<AttachmentRow>('data_attachments').insert({ ...row, detached: false, mounted: Boolean(lingering?.mounted) });
   },
-  /** `lingering`: the box runs with it mounted until it stops (the row stays, marked). */
-  detach: (db: Db, volumeId: string, boxId: string, lingering: boolean) => {
-    const q = db<AttachmentRow>('data_attachments').where({ volume_id: volumeId, box_id: boxId });
-    return lingering ? q.update({ detached: true }) : q.delete();
+  /**
+   * `running`: the box's container may run with the volume mounted; then the row stays, marked
+   * detached, until the box stops, unless no start has bound it in yet (attached after the box
+   * started). The delete asks `mounted = false` in the same statement a start's `markMounted`
+   * changes, so one of the two always sees the other.
+   */
+  async detach(db: Db, volumeId: string, boxId: string, running: boolean): Promise<void> {
+    const q = () => db<AttachmentRow>('data_attachments').where({ volume_id: volumeId, box_id: boxId });
+    if (!running) return void (await q().delete());
+    if ((await q().where({ mounted: false }).delete()) === 0) await q().update({ detached: true });
   },
+  /** A start is about to bind in the box's attached volumes: from now on they count as mounted
+   *  (before the rows are read, so a detach in between leaves the row, marked, not gone). */
+  markMounted: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: false, mounted: false }).update({ mounted: true }),
   /** A box started or stopped: volumes detached from it while it ran are no longer mounted. */
   async dropDetached(db: Db, boxId: string): Promise<void> {
     // A read first: on the start and stop path of every box, most of which have none.

@@ -352,9 +352,12 @@ export function contractError(e: unknown): unknown {
   if (e instanceof BoxFileError) {
     switch (e.kind) {
       case 'not_found':
-        return notFound(e.message);
+        // The agent's message names the path already ("open /x: no such file or directory").
+        return new BoxhostError('not_found', e.message);
       case 'exists':
         return conflict(e.message);
+      case 'busy':
+        return conflict(`${e.message} (a mount point in use)`);
       case 'permission':
         return new BoxhostError('permission_denied', e.message);
       case 'no_space':

@@ -479,6 +479,7 @@ function failure(o: Record<string, unknown>, request: string): Error {
       if (service) return new BoxServiceError('not_found', message || 'no such service', 'name');
       return new BoxFileError(o.kind, message || String(o.kind));
     case 'exists':
+    case 'busy':
     case 'permission':
     case 'invalid':
     case 'no_space':
