@@ -275,6 +275,11 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
       const r = await host.call('POST', '/v1/repohost/grants', { body: bad });
       t.equal(r.status, 400, JSON.stringify(bad));
     }
+    // One detail per wrong permission, whatever its type.
+    for (const value of [1, 'admin']) {
+      const r = await host.call('POST', '/v1/repohost/grants', { body: { ...body, name: 'one-detail', permissions: { contents: value } } });
+      t.same(r.body.error.details, [{ field: 'permissions.contents', issue: 'must be "read" or "write"' }], `permission ${JSON.stringify(value)}`);
+    }
     t.equal((await host.call('DELETE', '/v1/repohost/grants/deploy-keys')).status, 204);
     t.equal((await host.call('GET', '/v1/repohost/grants/deploy-keys')).status, 404);
   });

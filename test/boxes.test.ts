@@ -296,6 +296,13 @@ t.test('boxes', async (t) => {
       [{ name: 'x1', config: { cpus: '1' } }, 400, 'config.cpus'],
       [{ name: 'x1', config: { storage_gb: '1' } }, 400, 'config.storage_gb'],
       [{ name: 'x1', tags: { a: 1 } }, 400, 'tags.a'],
+      // Names the box could never start with are refused here, not by its create job.
+      [{ name: 'x1', environment: { '1A': 'x' } }, 400, 'environment.1A'],
+      [{ name: 'x1', environment: { 'A=B': 'x' } }, 400, 'environment.A=B'],
+      [{ name: 'x1', environment: { 'A B': 'x' } }, 400, 'environment.A B'],
+      // Tag names the list filter (tag=a,b=1) could never match.
+      [{ name: 'x1', tags: { 'a,b': '1' } }, 400, 'tags.a,b'],
+      [{ name: 'x1', tags: { 'c=d': '1' } }, 400, 'tags.c=d'],
     ];
     for (const [body, status, field] of cases) {
       const r = await host.call('POST', `${P}/alpha/boxes`, { body });
@@ -312,6 +319,9 @@ t.test('boxes', async (t) => {
       ['POST', `${P}/alpha/boxes/web/publish`, { port: '80' }, 'port'],
       ['POST', `${P}/alpha/boxes/web/stop`, { bogus: 1 }, 'bogus'],
       ['POST', `${P}/alpha/boxes/web/resume`, { bogus: 1 }, 'bogus'],
+      ['POST', `${P}/alpha/boxes/web/exec`, { command: ['true'], env: { '1X': '1' } }, 'env.1X'],
+      ['POST', `${P}/alpha/boxes/web/services`, { name: 'svc', command: ['sleep', '9'], env: { 'A-B': '1' } }, 'env.A-B'],
+      ['PUT', `${P}/alpha/boxes/web`, { tags: { 'x,y': '1' } }, 'tags.x,y'],
     ];
     for (const [method, path, body, field] of typed) {
       const r = await host.call(method, path, { body });

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { name, stringMap } from '../../http/schemas';
+import { envMap, name, tagMap } from '../../http/schemas';
 import { acceptedReply, waitQuery } from '../../http/operation';
 import type { CreateBoxRequest } from '../../../domain/boxes';
 import { createBoxOrInstance } from '../../../domain/instances';
@@ -19,11 +19,11 @@ export default defineRoute<CreateBoxRequest, { wait?: number }, { project: strin
     config: configSchema.allow(null),
     data_mounts: Joi.array().items(Joi.object({ name: name().required(), path: mountPath().required(), read_only: Joi.boolean().default(false) })).allow(null),
     env_from: Joi.array().items(Joi.object({ alias: Joi.string().pattern(/^[A-Za-z][A-Za-z0-9_]*$/).max(32).required(), box: name().required() })).max(16).allow(null),
-    environment: stringMap().allow(null),
+    environment: envMap().allow(null),
     fork: Joi.string().pattern(/^[a-z0-9-]+(@[a-z0-9-]+)?$/).allow(null),
     lifecycle: Joi.string().allow(null),
     pack: name().allow(null),
-    tags: stringMap().allow(null),
+    tags: tagMap().allow(null),
   }),
   responses: { ...acceptedResponses, 404: { description: 'a project this token cannot reach (as if it did not exist)' }, 409: { description: "the name is taken, no node has room, the project's network on the node has no free address, or no network is left for a new project" } },
   handler: async ({ api, identity, params, body, query }) => acceptedReply(api, await createBoxOrInstance(api, identity, params.project, body), query.wait),

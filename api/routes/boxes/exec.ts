@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { untilClientGone } from '../../http/clientGone';
-import { stringMap } from '../../http/schemas';
+import { envMap } from '../../http/schemas';
 import { execInBox, ExecRequest, DEFAULT_EXEC_TIMEOUT_SECS, MAX_EXEC_TIMEOUT_SECS } from '../../../domain/exec';
 import { boxParams, BoxParams } from './schemas';
 
@@ -17,7 +17,7 @@ export default defineRoute<ExecRequest, unknown, BoxParams>({
   body: Joi.object({
     command: Joi.array().items(Joi.string().max(65536)).min(1).max(4096).required(),
     cwd: Joi.string().pattern(/^\//).max(4096).messages({ 'string.pattern.base': 'must be an absolute path' }),
-    env: stringMap(),
+    env: envMap(),
     no_hup: Joi.boolean().default(false),
     shell: Joi.boolean().default(false),
     tty: Joi.boolean().default(false),

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
-import { stringMap } from '../../http/schemas';
+import { tagMap } from '../../http/schemas';
 import { updateBox, UpdateBoxRequest } from '../../../domain/boxes';
 import { boxParams, BoxParams, boxSchema, configSchema } from './schemas';
 import { MAX_STOP_GRACE_SECS } from '../../../core/box';
@@ -13,7 +13,7 @@ export default defineRoute<UpdateBoxRequest, unknown, BoxParams>({
   params: boxParams,
   body: Joi.object({
     config: configSchema.fork(['region', 'storage_gb'], (s) => s.forbidden()),
-    tags: stringMap(),
+    tags: tagMap(),
     termination_grace_period_seconds: Joi.number().integer().min(0).max(MAX_STOP_GRACE_SECS)
       .description(`seconds between SIGTERM and SIGKILL at stop; at most ${MAX_STOP_GRACE_SECS}`),
   }),

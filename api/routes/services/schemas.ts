@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import { name, projectParam, stringMap } from '../../http/schemas';
+import { envMap, name, projectParam, stringMap } from '../../http/schemas';
 import { MAX_STOP_GRACE_SECS } from '../../../core/box';
 
 export const serviceParams = Joi.object({ project: projectParam.required(), name: name().required(), service: name().required() });
@@ -33,7 +33,7 @@ export const serviceStartBody = Joi.object({
   name: name().required(),
   command: Joi.array().items(Joi.string().max(65536)).min(1).max(4096).required(),
   cwd: Joi.string().pattern(/^\//).max(4096).messages({ 'string.pattern.base': 'must be an absolute path' }),
-  env: stringMap(),
+  env: envMap(),
   port: port(),
   publish: Joi.object({ name: name(), public: Joi.boolean() }),
   ready: Joi.object({
