@@ -11,8 +11,11 @@ import { assertQuota } from './projects';
  * create with `data_mounts`.
  */
 
-/** Paths a box may not have a volume under (besides the spec's table): the agent's own. */
-const SYSTEM_PREFIXES = ['/.boxhost'];
+/** Paths a box may not have a volume under (besides the spec's table, which names these three
+ *  themselves): the agent's own, and the kernel's filesystems the runtime mounts at each start
+ *  (a bind under /proc is refused by runc, one under /dev or /sys meets the runtime's own mounts:
+ *  the box could not start again). */
+const SYSTEM_PREFIXES = ['/.boxhost', '/proc', '/sys', '/dev'];
 
 const sees = (identity: Identity, row: VolumeRow) => identity.projects === null || (row.project !== null && identity.projects.includes(row.project));
 
@@ -41,8 +44,8 @@ export async function volumesOf(ctx: Pick<DomainContext, 'db'>, identity: Identi
 }
 
 /** A mount path as the box will see it (normalised by the schema): none inside the agent's. */
-function checkMountPath(path: string): void {
-  if (SYSTEM_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) throw invalidField('path', `must not be under ${SYSTEM_PREFIXES.join(', ')} (the box agent's own)`);
+function checkMountPath(path: string, field: string): void {
+  if (SYSTEM_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) throw invalidField(field, `must not be under ${SYSTEM_PREFIXES.join(', ')} (the box agent's and the kernel's filesystems)`);
 }
 
 /** Whether `a` and `b` are the same path or one is inside the other. */
@@ -54,7 +57,7 @@ const nested = (a: string, b: string) => a === b || a.startsWith(`${b}/`) || b.s
  * path clear of the box's other mounts. Answers the project the volume will belong to.
  */
 export function checkAttach(vol: VolumeRow, box: Pick<BoxRecord, 'project' | 'name' | 'node' | 'data_mounts'>, path: string, field = 'name'): void {
-  checkMountPath(path);
+  checkMountPath(path, field === 'name' ? 'path' : field);
   if (vol.state !== 'ready') throw notReady(vol);
   if (vol.project !== null && vol.project !== box.project) throw conflict(`data volume ${vol.name} belongs to project ${vol.project}; it can be attached only to that project's boxes`);
   if (vol.node !== box.node) throw conflict(`data volume ${vol.name} is on node ${vol.node} and box ${box.project}/${box.name} on node ${box.node}; a volume is attached on its own node`);

@@ -76,11 +76,14 @@ t.test('data volumes on real boxes', async (t) => {
     t.equal(missing.status, 400, 'an unknown volume');
     t.equal(missing.body.error.details[0].field, 'data_mounts.0.name');
     t.equal((await call('POST', P, { name: 'w3', data_mounts: [{ name: 'vol-a', path: '/etc/' }] })).status, 400, 'a forbidden path at create');
+    const under = await call('POST', P, { name: 'w3', data_mounts: [{ name: 'vol-a', path: '/proc/x' }] });
+    t.equal(under.status, 400, 'a path under /proc at create');
+    t.equal(under.body.error.details[0].field, 'data_mounts.0.path');
   });
 
   t.test('attach: the forbidden path table, read_only, next start, detach', async (t) => {
     t.equal((await call('POST', '/v1/data', { name: 'vol-b', size_gb: 1 })).status, 201);
-    for (const p of ['/', '/proc', '/sys', '/dev', '/run', '/etc', '/volumes', '/home', '/box', '/etc/', '/./etc', '/home/../etc', '//proc', 'data', '', '/.boxhost', '/.boxhost/x']) {
+    for (const p of ['/', '/proc', '/sys', '/dev', '/run', '/etc', '/volumes', '/home', '/box', '/etc/', '/./etc', '/home/../etc', '//proc', 'data', '', '/.boxhost', '/.boxhost/x', '/proc/x', '/sys/fs/x', '/dev/shm', '/dev/x/y']) {
       const r = await call('POST', '/v1/data/vol-b/attach', { project: 'vol', box: 'w', path: p });
       t.equal(r.status, 400, `400 for ${JSON.stringify(p)}: ${r.text.slice(0, 120)}`);
       t.equal(r.body.error.code, 'invalid_argument');
