@@ -31,7 +31,10 @@ export interface Transition {
 export const TRANSITIONS: Record<BoxAction, Transition> = {
   create: { from: [], during: 'creating', after: 'running' },
   stop: { from: ['running'], during: 'stopping', after: 'stopped' },
-  resume: { from: ['stopped'], during: 'resuming', after: 'running' },
+  /** From `failed` too: a box whose start failed (a stop, resume, restore or recovery that did
+   *  not end) is tried again with its config as it is now, as `lxc start` does; one that failed
+   *  at create has no root, and the api refuses it (domain/boxes.ts). */
+  resume: { from: ['stopped', 'failed'], during: 'resuming', after: 'running' },
   /** Back to a snapshot of its root: the container stops, the root rolls back, the box starts. */
   restore: { from: ['running', 'stopped'], during: 'restoring', after: 'running' },
   delete: { from: ['running', 'stopped', 'failed'], during: 'deleting', after: 'gone' },

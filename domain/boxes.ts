@@ -307,6 +307,10 @@ export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, 
       const projected = projectedStatus(box.status, pending);
       throw conflict(`box ${project}/${name} is ${describeState(box.status, projected)}; cannot ${action} it`);
     }
+    // A create that failed for good removed what it made (jobs/boxCreate.ts): nothing to start.
+    if (action === 'resume' && projectedStatus(box.status, pending) === 'failed' && /^create failed/.test(box.error ?? '')) {
+      throw conflict(`box ${project}/${name} failed while it was being created (${box.error}); it has nothing to start: delete it and create it again`);
+    }
     // Shown at once only when nothing at all is ahead of it: a snapshot queued before it runs
     // on the status the box has until this job's turn.
     if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });

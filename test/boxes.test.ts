@@ -363,11 +363,25 @@ t.test('boxes', async (t) => {
     t.notOk((await zfsList()).includes(boxRoot(r.body.id)), 'no dataset for the failed box');
     const containers = (await run(['runc', '--root', `${host.config.dataDir}/runc`, 'list', '-q'])).stdout;
     t.notOk(containers.includes(r.body.id), 'no container for the failed box');
+    const again = await host.call('POST', `${P}/alpha/boxes/doomed/resume`);
+    t.equal(again.status, 409, 'a box that failed at create has nothing to resume');
+    t.match(again.body.error.message, /failed while it was being created .*delete it and create it again/);
     const del = await host.call('DELETE', `${P}/alpha/boxes/doomed?wait=30`);
     t.equal(del.status, 204);
     t.equal((await host.call('GET', `${P}/alpha/boxes/doomed`)).status, 404);
+
+    // The source, its root gone, fails to resume; once its root is back, a resume brings it
+    // back (a failed box is started again, as lxc start does with an errored instance).
+    const broken = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=90`);
+    t.equal(broken.body.status, 'failed', broken.text);
+    t.match(broken.body.error, /^resume failed/);
     await run(['zfs', 'rename', `${ds}-moved`, ds]);
     await run(['zfs', 'mount', ds], { allowFailure: true });
+    const back = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=60`);
+    t.equal(back.status, 200, back.text);
+    t.equal(back.body.status, 'running');
+    t.equal(back.body.error, null, 'the error is cleared');
+    t.equal((await sh('alpha', 'peer', 'true')).exit_code, 0, 'and it serves');
   });
 
   t.test('delete removes container, network and datasets', async (t) => {

@@ -12,7 +12,7 @@ t.test('the transitions and the status lists', async (t) => {
   t.same(TRANSITIONS, {
     create: { from: [], during: 'creating', after: 'running' },
     stop: { from: ['running'], during: 'stopping', after: 'stopped' },
-    resume: { from: ['stopped'], during: 'resuming', after: 'running' },
+    resume: { from: ['stopped', 'failed'], during: 'resuming', after: 'running' },
     restore: { from: ['running', 'stopped'], during: 'restoring', after: 'running' },
     delete: { from: ['running', 'stopped', 'failed'], during: 'deleting', after: 'gone' },
   });
@@ -51,7 +51,7 @@ t.test('every action from every status, nothing queued', async (t) => {
     resuming: [],
     restoring: [],
     deleting: [],
-    failed: ['delete'],
+    failed: ['resume', 'delete'],
   };
   for (const status of STATUSES) {
     for (const action of ACTIONS) {
@@ -72,6 +72,7 @@ t.test('actions queued behind others are judged on the projected status', async 
     ['running', ['stop', 'resume', 'delete'], []],
     ['running', ['delete'], []],
     ['failed', ['delete'], []],
+    ['failed', ['resume'], ['stop', 'restore', 'delete']],
   ];
   for (const [current, pending, next] of cases) {
     for (const action of ACTIONS) {
