@@ -168,6 +168,16 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
     const badJson = await host.call('POST', '/v1/tokens', { raw: '{"name": ' });
     t.equal(badJson.status, 400);
     t.equal(badJson.body.error.code, 'invalid_argument');
+    // A JSON body is read as JSON whatever its Content-Type says (curl -d sends the form type):
+    // what the client meant, or a 400 saying it is not JSON; never ignored as "name is required".
+    for (const type of ['application/x-www-form-urlencoded', 'text/plain']) {
+      const r = await host.call('POST', '/v1/tokens', { raw: JSON.stringify({ name: `typed-${type.split('/')[1].slice(0, 5)}` }), contentType: type });
+      t.equal(r.status, 201, `a JSON body sent as ${type} is read: ${r.text.slice(0, 120)}`);
+      t.equal((await host.call('DELETE', `/v1/tokens/${r.body.id}`)).status, 204);
+    }
+    const form = await host.call('POST', '/v1/tokens', { raw: 'name=x', contentType: 'application/x-www-form-urlencoded' });
+    t.equal(form.status, 400);
+    t.same(form.body.error.details, [{ field: 'body', issue: 'not valid JSON' }], 'a form body is said to be no JSON');
 
     const unknown = await host.call('GET', '/v1/nothing-here');
     t.equal(unknown.status, 404);

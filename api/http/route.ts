@@ -109,6 +109,9 @@ const utf8Only: express.RequestHandler = (req, _res, next) => {
 
 const YAML_TYPES = ['application/yaml', 'application/x-yaml', 'text/yaml', 'text/x-yaml'];
 
+/** A Content-Type's media type, lowercased, without its parameters. */
+const mediaType = (contentType: string | undefined) => (contentType ?? '').split(';')[0].trim().toLowerCase();
+
 /** A YAML body becomes the value JSON would have given: no custom tags, aliases bounded (a
  *  "billion laughs" document is refused), one document. */
 const parseYamlBody: express.RequestHandler = (req, _res, next) => {
@@ -222,7 +225,10 @@ export function mountRoutes(api: ApiContext, routes: RouteDef[]): Router {
       });
     }
     if (!def.rawBody && def.method !== 'get' && def.method !== 'delete') {
-      handlers.push(utf8Only, express.json({ limit: def.bodyLimit ?? '1mb', strict: false, verify: verifyUtf8, reviver: wellFormed }));
+      // Whatever its Content-Type says (none, `text/plain`, the form type `curl -d` sends), a body
+      // is read as JSON: what the client meant, or a 400 saying it is not JSON, never ignored.
+      const json = def.yaml ? (req: { headers: { 'content-type'?: string } }) => !YAML_TYPES.includes(mediaType(req.headers['content-type'])) : () => true;
+      handlers.push(utf8Only, express.json({ type: json, limit: def.bodyLimit ?? '1mb', strict: false, verify: verifyUtf8, reviver: wellFormed }));
       if (def.yaml) handlers.push(express.text({ type: YAML_TYPES, limit: def.bodyLimit ?? '1mb', verify: verifyUtf8 }), parseYamlBody);
     }
     handlers.push(async (req: Request, res: Response, next: NextFunction) => {
