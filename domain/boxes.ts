@@ -104,7 +104,7 @@ export const reload = (ctx: DomainContext, id: string) => async () => {
 };
 
 /** A fork clones on its source's node (a ZFS clone is node-local), so it goes there. */
-async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig }> {
+async function resolveFork(ctx: DomainContext, project: string, spec: string): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig; environment: Record<string, string> }> {
   const [boxName, snapshot] = spec.split('@');
   const src = await boxesRepo.get(ctx.db, project, boxName);
   if (!src) throw invalidField('fork', `box ${project}/${boxName} does not exist`);
@@ -119,7 +119,7 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
     const snaps = await node.listSnapshots(src.id);
     if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
   }
-  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config };
+  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config, environment: src.environment };
 }
 
 /** What a node refuses a new box with when it cannot take it now (down, full, no address). */
@@ -145,7 +145,7 @@ async function nodeRoom<T>(ctx: DomainContext, project: string, config: BoxConfi
  *  where they are; any other on the node placement picks. */
 async function placeBox(
   ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest, volumes: Awaited<ReturnType<typeof volumesOf>>, instance?: InstanceOf,
-): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig }> {
+): Promise<{ source: RootSource; base: string | null; node: string; config: BoxConfig; environment?: Record<string, string> }> {
   if (req.fork) {
     // A fork holds its source's files: it takes its source's config unless the request says
     // otherwise, and stays in its region (on its node).
@@ -153,7 +153,7 @@ async function placeBox(
     if (req.config?.region && req.config.region !== fork.config.region) throw invalidField('config.region', `a fork stays in its source's region ${fork.config.region}`);
     const config = { ...fork.config, ...(req.config ?? {}) };
     await nodeRoom(ctx, project, config, (need) => ctx.nodes.assertRoom(fork.node, need));
-    return { source: fork.source, base: fork.base, node: fork.node, config };
+    return { source: fork.source, base: fork.base, node: fork.node, config, environment: fork.environment };
   }
   const config: BoxConfig = { ...BOX_DEFAULTS, region: ctx.config.region, ...(req.config ?? {}) };
   const spec = req.base ?? ctx.config.defaultBase;
@@ -225,7 +225,7 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
   if (line) throw conflict(`${req.name} is the name of a deploy line of project ${project} (live box ${(await boxesRepo.byId(ctx.db, line.live_box_id))?.name ?? line.live_box_id}); pick another name`);
 
   const volumes = await volumesOf(ctx, identity, req.data_mounts ?? []);
-  const { source, base, node, config } = await placeBox(ctx, identity, project, req, volumes, instance);
+  const { source, base, node, config, environment } = await placeBox(ctx, identity, project, req, volumes, instance);
 
   const at = now();
   const box: BoxRecord = {
@@ -237,7 +237,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     base,
     fork: req.fork ?? null,
     config,
-    environment: req.environment ?? {},
+    // A fork keeps its source's environment (as its config) unless the request gives one.
+    environment: req.environment ?? environment ?? {},
     tags: req.tags ?? {},
     data_mounts: [],
     lifecycle: instance?.lifecycle ?? null,

@@ -138,12 +138,18 @@ t.test('boxes', async (t) => {
     t.equal(fork.body.status, 'running');
     t.equal(fork.body.fork, 'web');
     t.equal((await sh('alpha', 'web-copy', 'cat /root/note')).stdout, 'carried\n');
+    // Its source's environment comes with it (its tags do not), in the row and in the box.
+    t.same(fork.body.environment, { GREETING: "it's me" });
+    t.same(fork.body.tags, {});
+    t.match((await sh('alpha', 'web-copy', 'cat /etc/boxes-env')).stdout, /GREETING=/);
     await sh('alpha', 'web-copy', 'echo mine > /root/note');
     t.equal((await sh('alpha', 'web', 'cat /root/note')).stdout, 'carried\n', 'the source is untouched');
     // Deleting a source whose snapshot a fork depends on neither fails nor breaks the fork.
     t.equal((await create('alpha', { name: 'tmp-src' })).body.status, 'running');
     await sh('alpha', 'tmp-src', 'echo from-src > /root/keep');
-    t.equal((await create('alpha', { name: 'tmp-fork', fork: 'tmp-src' })).body.status, 'running');
+    const own = await create('alpha', { name: 'tmp-fork', fork: 'tmp-src', environment: { MINE: '1' } });
+    t.equal(own.body.status, 'running');
+    t.same(own.body.environment, { MINE: '1' }, "a fork's own environment replaces its source's");
     t.equal((await host.call('DELETE', `${P}/alpha/boxes/tmp-src?wait=30`)).status, 204, 'source deleted');
     t.equal((await sh('alpha', 'tmp-fork', 'cat /root/keep')).stdout, 'from-src\n', 'the fork keeps its files');
     await host.call('POST', `${P}/alpha/boxes/tmp-fork/stop?wait=30`);
