@@ -51,8 +51,20 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** Prints what went wrong and answers the exit code: 2 for usage errors, 1 for the rest. */
-export function reportError(e: unknown): number {
+/** Whether the command line asks for JSON (before a `--` that starts a command's own args). */
+const jsonAsked = (argv: string[]) => {
+  const end = argv.indexOf('--');
+  return (end < 0 ? argv : argv.slice(0, end)).includes('--json');
+};
+
+/** Prints what went wrong and answers the exit code: 2 for usage errors, 1 for the rest. With
+ *  --json, an error of the api (or of reaching it) is also printed on stdout as the api's error
+ *  body, for a script that reads stdout: `{"error": {code, message, details}}`. */
+export function reportError(e: unknown, argv: string[] = []): number {
+  if (jsonAsked(argv) && (e instanceof ApiError || e instanceof ConnectionError)) {
+    const error = e instanceof ApiError ? { code: e.code, message: e.message, details: e.details } : { code: 'unavailable', message: e.message, details: [] };
+    process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+  }
   if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2; // commander printed it already
   if (e instanceof UsageError) {
     printError({ message: e.message, hint: '(add --help for usage)' });
@@ -75,7 +87,7 @@ export async function main(argv = process.argv): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (e) {
-    process.exitCode = reportError(e);
+    process.exitCode = reportError(e, argv);
   }
 }
 

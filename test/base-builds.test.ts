@@ -124,7 +124,7 @@ t.test('base builds on a real host', async (t) => {
     t.equal(r.code, 0, r.stderr);
     t.match(r.stderr, /from-cli/, 'the log as it ran');
     const b = JSON.parse(r.stdout);
-    t.match(b, { status: 'succeeded', base: 'clitools' });
+    t.match(b, { status: 'succeeded', base: 'clitools', project: 'bb' }, 'without -p, the build is $BOXHOST_PROJECT\'s');
     t.match((await box('build', 'status', b.id)).stdout, /status:\s+succeeded/);
     t.equal((await box('build', 'logs', b.id)).stdout, 'from-cli\n');
     const cached = await box('base', 'build', 'clitools', '--parent', 'busybox', '--script', 'echo from-cli');

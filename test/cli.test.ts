@@ -180,6 +180,11 @@ t.test('box CLI against a real host', async (t) => {
     t.equal(r.code, 1);
     t.equal(r.stdout, '');
     t.equal(r.stderr, 'error: grant no-such-grant not found\n', "the server's message, nothing else");
+    // With --json the api's error body is on stdout too, for a script that reads stdout.
+    const j = await run('grant', 'get', 'no-such-grant', '--json');
+    t.equal(j.code, 1);
+    t.same(JSON.parse(j.stdout), { error: { code: 'not_found', message: 'grant no-such-grant not found', details: [] } });
+    t.equal(j.stderr, 'error: grant no-such-grant not found\n');
     const noToken = await box(['grant', 'ls'], { BOXHOST_URL: host.url, BOXHOST_CONFIG: configFile });
     t.equal(noToken.code, 1);
     t.match(noToken.stderr, /^error: a valid bearer token is required$/m);

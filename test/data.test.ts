@@ -273,6 +273,7 @@ t.test('data volumes on real boxes', async (t) => {
     t.equal(made.status, 'succeeded');
     t.match((await ok('data', 'ls')).stdout, /cli-vol\s+vol\s+.*vol\/c:\/mnt\/v/);
     t.equal(JSON.parse((await ok('--json', 'data', 'get', 'cli-vol')).stdout).attachments[0].path, '/mnt/v');
+    t.match((await ok('get', 'c')).stdout, /^data:\s+cli-vol at \/mnt\/v$/m, 'box get shows its data mounts');
     t.equal((await sh('c', 'echo x > /mnt/v/x && cat /mnt/v/x')).stdout, 'x\n');
     await ok('data', 'snapshot', 'create', 'cli-vol', 'first', '-d', 'one');
     t.match((await ok('data', 'snapshot', 'ls', 'cli-vol')).stdout, /first/);

@@ -24,6 +24,8 @@ export const showBox = (b: Box) =>
     ['region', b.config?.region],
     ['tags', formatMap(b.tags)],
     ['environment', formatMap(b.environment)],
+    ['data', b.data_mounts?.length ? b.data_mounts.map((m) => `${m.name} at ${m.path}${m.read_only ? ' (read-only)' : ''}`).join(', ') : undefined],
+    ['published', b.publishes?.length ? b.publishes.map((p) => `${p.url} → port ${p.port}${p.public ? '' : ' (private)'}`).join(', ') : undefined],
     ['grace period', b.termination_grace_period_seconds != null ? `${b.termination_grace_period_seconds}s` : undefined],
     ['id', b.id],
     ['created', formatTime(b.created_at)],
