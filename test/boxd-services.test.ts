@@ -191,8 +191,17 @@ t.test('logs: tail, follow, rotation that bounds a chatty service', async (t) =>
   await s.remove('talker');
 
   await s.start({ name: 'flood', command: sh('head -c 5000000 /dev/zero | tr "\\0" "x" | fold -w 99; exec sleep 1000') });
-  await until('the flood to end', async () => (await ex(sh('ls /var/log/boxes/flood.log.1 2>/dev/null'))).includes('flood') && (await ex(['pgrep', '-f', 'fold'])).trim() === '', 20_000);
-  const sizes = (await ex(sh('stat -c "%s" /var/log/boxes/flood.log /var/log/boxes/flood.log.1'))).trim().split('\n').map(Number);
+  // Ended: fold is gone and both files hold still across two looks (the last of the pipe's
+  // bytes may still be going out, and a rotation renames before it opens the next file).
+  const statBoth = async () => (await ex(sh('stat -c "%s" /var/log/boxes/flood.log /var/log/boxes/flood.log.1 2>/dev/null'))).trim();
+  let last = '';
+  await until('the flood to end', async () => {
+    const now = await statBoth();
+    const settled = now.split('\n').length === 2 && now === last && (await ex(['pgrep', '-f', 'fold'])).trim() === '';
+    last = now;
+    return settled;
+  }, 20_000);
+  const sizes = last.split('\n').map(Number);
   t.ok(sizes.every((n) => n <= 1 << 20), `each log file at most 1 MiB (${sizes.join(', ')})`);
   t.ok(sizes[0] + sizes[1] <= 2 << 20, 'a 5 MB flood holds at most 2 MiB of the box');
   t.equal(await ex(sh('ls /var/log/boxes | grep -c flood')), '2\n', 'two files, no more');
