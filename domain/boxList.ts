@@ -36,7 +36,7 @@ function tagMatcher(spec?: string) {
     const i = t.indexOf('=');
     return i < 0 ? { key: t, value: undefined } : { key: t.slice(0, i), value: t.slice(i + 1) };
   });
-  return (b: BoxRecord) => wanted.every(({ key, value }) => key in b.tags && (value === undefined || b.tags[key] === value));
+  return (b: BoxRecord) => wanted.every(({ key, value }) => Object.hasOwn(b.tags, key) && (value === undefined || b.tags[key] === value));
 }
 
 /**

@@ -14,6 +14,7 @@ import { packJobs } from '../jobs/packServices';
 import { packsRepo } from '../db/repos/packs';
 import { deploysRepo } from '../db/repos/deploys';
 import { outputsRepo, type EnvLinkRow } from '../db/repos/outputs';
+import { fromJson } from '../db/json';
 import { putPublish, type PublishRequest } from './publishes';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
@@ -119,7 +120,11 @@ async function resolveFork(ctx: DomainContext, project: string, spec: string): P
     const snaps = await node.listSnapshots(src.id);
     if (!snaps.some((s) => s.name === snapshot)) throw invalidField('fork', `box ${boxName} has no snapshot ${snapshot}`);
   }
-  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config, environment: src.environment };
+  // Its own environment, not what its env_from links rendered (secrets among them): those are
+  // the source's links', refreshed at each of its starts, and would freeze in a copy.
+  const linked = new Set((await outputsRepo.links(ctx.db, src.id)).flatMap((l) => fromJson<string[]>(l.keys) ?? []));
+  const environment = Object.fromEntries(Object.entries(src.environment ?? {}).filter(([k]) => !linked.has(k)));
+  return { source: { kind: 'box', boxId: src.id, snapshot }, base: src.base, node: src.node, config: src.config, environment };
 }
 
 /** What a node refuses a new box with when it cannot take it now (down, full, no address). */
@@ -237,8 +242,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
     base,
     fork: req.fork ?? null,
     config,
-    // A fork keeps its source's environment (as its config) unless the request gives one.
-    environment: req.environment ?? environment ?? {},
+    // A fork takes its source's own environment (as its config), the request's entries over it.
+    environment: { ...(environment ?? {}), ...(req.environment ?? {}) },
     tags: req.tags ?? {},
     data_mounts: [],
     lifecycle: instance?.lifecycle ?? null,
@@ -292,7 +297,8 @@ export async function createBox(ctx: DomainContext, identity: Identity, project:
  * when its turn comes. A box whose node is down answers 503: the job would only wait.
  */
 export async function changeBoxState(ctx: DomainContext, identity: Identity, project: string, name: string, action: Exclude<BoxAction, 'create' | 'restore'>): Promise<Accepted<Box>> {
-  return queueBoxAction(ctx, identity, project, name, action, (box) => boxJobs[action].of({ boxId: box.id }));
+  return queueBoxAction(ctx, identity, project, name, action, (box, from) =>
+    action === 'resume' && from === 'failed' ? boxJobs.resume.of({ boxId: box.id, from }) : boxJobs[action].of({ boxId: box.id }));
 }
 
 /** The same for any action of the state machine, with the job message its payload needs. */
@@ -314,7 +320,9 @@ export async function queueBoxAction<P>(ctx: DomainContext, identity: Identity, 
     }
     // Shown at once only when nothing at all is ahead of it: a snapshot queued before it runs
     // on the status the box has until this job's turn.
-    if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, error: null });
+    // A failed box keeps its error until the action succeeds: a refused resume leaves it failed
+    // with the reason it had.
+    if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: TRANSITIONS[action].during, ...(box.status === 'failed' ? {} : { error: null }) });
     return enqueueBoxJob(ctx, trx, box, message(box, projectedStatus(box.status, pending)), identity);
   });
   return { operation, load: reload(ctx, current.id) };

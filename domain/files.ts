@@ -46,9 +46,10 @@ export async function readFile(ctx: DomainContext, identity: Identity, project: 
   return node.fileRead(id, checkPath(p));
 }
 
-/** Where the box's agent is bound in, read-only (docs/boxd.md): not the files API's to change
- *  (as data mounts may not go there). A link that leads there meets the kernel in the box: the
- *  bound agent is busy (409). */
+/** Where the box's agent is bound in (docs/boxd.md): not the files API's to change, as data
+ *  mounts may not go there. Only the agent's binaries are bound read-only; the directory is the
+ *  box's own, so a link that leads there reaches what the box itself may change, and a write
+ *  over a bound binary meets the kernel: busy (409). A guard for the caller, not a boundary. */
 const AGENT_DIR = '/.boxhost';
 
 function checkWritable(p: string): string {
@@ -65,6 +66,7 @@ export async function writeFile(ctx: DomainContext, identity: Identity, project:
 }
 
 export async function deleteFile(ctx: DomainContext, identity: Identity, project: string, name: string, p: string, recursive: boolean): Promise<void> {
+  checkWritable(p);
   const { id, node } = await boxNode(ctx, identity, project, name);
-  await node.fileDelete(id, checkWritable(p), recursive);
+  await node.fileDelete(id, p, recursive);
 }

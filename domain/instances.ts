@@ -33,8 +33,7 @@ export async function createBoxOrInstance(ctx: DomainContext, identity: Identity
     if (!req.pack) throw invalidField('lifecycle', 'lifecycle needs pack');
   }
   const linked = await outputsFrom(ctx, project, req.env_from ?? [], req.environment ?? {});
-  // Left unset when nothing sets it: a fork then keeps its source's (domain/boxes.ts).
-  const environment = req.environment || linked.links.length ? { ...linked.env, ...(req.environment ?? {}) } : undefined;
+  const environment = { ...linked.env, ...(req.environment ?? {}) };
   const plain = { ...req, environment, pack: undefined, lifecycle: undefined, env_from: undefined, envLinks: linked.links };
   if (!req.pack) return createBox(ctx, identity, project, plain);
   if (req.base) throw invalidField('base', 'an instance is made from its pack\'s base: give pack or base, not both');

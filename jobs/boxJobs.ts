@@ -18,6 +18,12 @@ export interface BoxSnapshotPayload extends BoxRef {
   description?: string;
 }
 
+export interface BoxResumePayload extends BoxRef {
+  /** `failed`: the box was failed when the resume was asked for (the api shows `resuming` at
+   *  once, so the job cannot read it off the row). */
+  from?: 'stopped' | 'failed';
+}
+
 export interface BoxRestorePayload extends BoxRef {
   snapshot: string;
   /** The status the box had when the restore was asked for (running or stopped): where a
@@ -38,7 +44,7 @@ const snapshotName = Joi.string().pattern(NAME_PATTERN);
 export const boxJobs = {
   create: jobType<BoxCreatePayload>('box.create', Joi.object<BoxCreatePayload>({ boxId, source: rootSource.required() })),
   stop: jobType<BoxRef>('box.stop', boxRef),
-  resume: jobType<BoxRef>('box.resume', boxRef),
+  resume: jobType<BoxResumePayload>('box.resume', Joi.object<BoxResumePayload>({ boxId, from: Joi.valid('stopped', 'failed') })),
   restore: jobType<BoxRestorePayload>('box.restore', Joi.object<BoxRestorePayload>({ boxId, snapshot: snapshotName.required(), from: Joi.valid('running', 'stopped') })),
   delete: jobType<BoxRef>('box.delete', boxRef),
 } as const satisfies Record<BoxAction, unknown>;

@@ -13,6 +13,8 @@ export interface BoxHost {
   /** Starts the container and joins it to the project network; answers the box's address and
    *  records it on the row unless `recordAddress` is false (a create writes it with `running`). */
   start(box: BoxRecord, opts?: { recordAddress?: boolean }): Promise<string>;
+  /** Whether the box's root is on the node (a create that failed for good removed it). */
+  hasRoot(box: BoxRecord): Promise<boolean>;
   /** SIGTERM, SIGKILL after the box's grace period; the root is kept. */
   stop(box: BoxRecord): Promise<void>;
   /** Takes a snapshot of the box's root; a running box is paused for its instant and resumed

@@ -201,9 +201,10 @@ t.test('backbone over real HTTP (sqlite file, embedded Redis)', async (t) => {
         t.same(r.body.error.details, [{ field: 'method', issue: `must be one of ${allow}` }]);
       }
     }
-    // A WebSocket route asked with plain HTTP: 426, with the upgrade it needs.
+    // A WebSocket route asked with plain HTTP: 426, with the upgrade it needs (HEAD too).
     const plain = await host.call('GET', '/v1/projects/alpha/boxes/web/exec/ws?command=true');
     t.equal(plain.status, 426);
+    t.equal((await host.call('HEAD', '/v1/projects/alpha/boxes/web/console')).status, 426);
     t.equal(plain.headers.get('upgrade'), 'websocket');
     t.equal(plain.body.error.code, 'invalid_argument');
     // OPTIONS is answered with the methods (express's own answer).

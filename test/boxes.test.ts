@@ -149,7 +149,7 @@ t.test('boxes', async (t) => {
     await sh('alpha', 'tmp-src', 'echo from-src > /root/keep');
     const own = await create('alpha', { name: 'tmp-fork', fork: 'tmp-src', environment: { MINE: '1' } });
     t.equal(own.body.status, 'running');
-    t.same(own.body.environment, { MINE: '1' }, "a fork's own environment replaces its source's");
+    t.same(own.body.environment, { MINE: '1' }, "the request's environment over its source's (none)");
     t.equal((await host.call('DELETE', `${P}/alpha/boxes/tmp-src?wait=30`)).status, 204, 'source deleted');
     t.equal((await sh('alpha', 'tmp-fork', 'cat /root/keep')).stdout, 'from-src\n', 'the fork keeps its files');
     await host.call('POST', `${P}/alpha/boxes/tmp-fork/stop?wait=30`);
@@ -251,6 +251,9 @@ t.test('boxes', async (t) => {
     t.same((await host.call('GET', `${P}/alpha/boxes?tag=tier=back`)).body.boxes.map((b: any) => b.name), ['peer', 'web']);
     t.same((await host.call('GET', `${P}/alpha/boxes?tag=tier=back,team=b`)).body.boxes.map((b: any) => b.name), ['peer']);
     t.same((await host.call('GET', `${P}/alpha/boxes?tag=team`)).body.boxes.map((b: any) => b.name), ['peer']);
+    for (const inherited of ['constructor', 'toString', '__proto__']) {
+      t.same((await host.call('GET', `${P}/alpha/boxes?tag=${inherited}`)).body.boxes, [], `tag=${inherited} is a tag like any other (no box has it)`);
+    }
     t.same((await host.call('GET', `${P}/empty/boxes`)).body, { boxes: [], has_more: false, next_continuation_token: null });
 
     const seen: string[] = [];
@@ -363,8 +366,21 @@ t.test('boxes', async (t) => {
       if ((await run(['zfs', 'rename', ds, `${ds}-moved`], { allowFailure: true })).exitCode === 0) break;
       await sleep(100);
     }
-    const r = await create('alpha', { name: 'doomed', fork: 'peer' }, 60);
+    // A stop and a resume queued behind the create (judged on the running it was to end in).
+    const asked = await host.call('POST', `${P}/alpha/boxes`, { body: { name: 'doomed', fork: 'peer' } });
+    t.equal(asked.status, 202);
+    const queuedStop = await host.call('POST', `${P}/alpha/boxes/doomed/stop`);
+    const queuedResume = await host.call('POST', `${P}/alpha/boxes/doomed/resume`);
+    t.same([queuedStop.status, queuedResume.status], [202, 202], 'queued behind the create');
+    const waitOp = async (r: { headers: Headers }) => (await host.call('GET', `/v1/operations/${r.headers.get('operation-id')}/wait?timeout=90`)).body;
+    t.equal((await waitOp(asked)).status, 'failed');
+    t.equal((await waitOp(queuedStop)).status, 'failed', 'the stop is refused: the box failed');
+    const late = await waitOp(queuedResume);
+    t.equal(late.status, 'failed', 'and so is the resume: the failed create left no root to start');
+    t.match(late.error, /nothing to start/);
+    const r = await host.call('GET', `${P}/alpha/boxes/doomed`);
     t.equal(r.body.status, 'failed');
+    t.match(r.body.error, /^create failed/, 'the box keeps the reason its create failed');
     t.match(r.body.error, /create failed/);
     t.notOk((await zfsList()).includes(boxRoot(r.body.id)), 'no dataset for the failed box');
     const containers = (await run(['runc', '--root', `${host.config.dataDir}/runc`, 'list', '-q'])).stdout;
@@ -388,6 +404,14 @@ t.test('boxes', async (t) => {
     t.equal(back.body.status, 'running');
     t.equal(back.body.error, null, 'the error is cleared');
     t.equal((await sh('alpha', 'peer', 'true')).exit_code, 0, 'and it serves');
+
+    // A box failed with its container still up (a stop that did not end): a resume stops it
+    // first and starts it afresh, so nothing of the old container stays.
+    t.equal((await host.call('POST', `${P}/alpha/boxes/peer/exec`, { body: { command: ['sleep', '4242'], no_hup: true } })).status, 200);
+    await host.db('boxes').where({ project: 'alpha', name: 'peer' }).update({ status: 'failed', error: 'stop failed: the container did not stop' });
+    const fresh = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=60`);
+    t.equal(fresh.body.status, 'running', fresh.text);
+    t.equal((await sh('alpha', 'peer', 'ps -o args | grep -c "^sleep 4242" || true')).stdout.trim(), '0', 'the old container is gone with its processes');
   });
 
   t.test('delete removes container, network and datasets', async (t) => {

@@ -224,6 +224,8 @@ t.test('WebSocket exec and console', async (t) => {
 
     const cases: Array<[string, string, number]> = [
       ['no command', `${base}${P}/w/exec/ws`, 400],
+      // Routes match in any case: in capitals it is still the exec route (not a console).
+      ['the exec route in capitals, no command', `${base}${P}/w/EXEC/WS`, 400],
       ['a relative cwd', execUrl(['true'], '&cwd=tmp'), 400],
       ['a missing cwd', execUrl(['true'], '&cwd=/nonexistent'), 400],
       ['an unknown user', execUrl(['true'], '&user=ghost'), 400],

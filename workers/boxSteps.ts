@@ -121,8 +121,10 @@ export class BoxSteps implements BoxHost {
   private async volumeMounts(box: BoxRecord): Promise<(ContainerSpec['mounts'][number] & { volumeId: string })[]> {
     await volumesRepo.dropDetached(this.d.db, box.id);
     if (box.data_mounts.length === 0) return [];
+    // Marked, then only the marked read: a row attached between the two waits for the next start
+    // (bound in now, it would count as never mounted and a detach would free it under the box).
     await volumesRepo.markMounted(this.d.db, box.id);
-    const rows = await volumesRepo.attachmentsOfBox(this.d.db, box.id);
+    const rows = await volumesRepo.mountedOfBox(this.d.db, box.id);
     for (const r of rows) {
       // A restore swaps the dataset: the box waits for it (its job retries) rather than mount
       // one that is about to be replaced.
@@ -146,6 +148,10 @@ export class BoxSteps implements BoxHost {
     const fresh = await this.d.network.prepare(boxId);
     await this.d.runtime.makeNetns(boxId, fresh, idMap);
     return { netnsPath: fresh, loopbackUp: true };
+  }
+
+  hasRoot(box: BoxRecord): Promise<boolean> {
+    return this.d.storage.hasBoxRoot(box.id);
   }
 
   /** The grace is capped (the box schemas refuse more; rows from before the cap may hold up to 3600 s). */

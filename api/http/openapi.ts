@@ -3,7 +3,22 @@ import type Joi from 'joi';
 import type { RouteDef } from './route';
 import { COMMON_ERRORS, errorBody } from './schemas';
 
-const toSchema = (s: Joi.Schema) => parse(s, 'open-api-3.1') as Record<string, unknown>;
+/** joi-to-json writes a map whose keys are a regular expression both as patternProperties (right)
+ *  and as a property named `/<source>/` (a key nobody sends): the latter is dropped. */
+function dropRegexProperties(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(dropRegexProperties);
+  if (node === null || typeof node !== 'object') return node;
+  const o = node as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) out[k] = dropRegexProperties(v);
+  if (o.patternProperties && out.properties && typeof out.properties === 'object') {
+    const patterns = Object.keys(o.patternProperties as object);
+    out.properties = Object.fromEntries(Object.entries(out.properties as object).filter(([k]) => !patterns.some((p) => k === `/${p}/`)));
+  }
+  return out;
+}
+
+const toSchema = (s: Joi.Schema) => dropRegexProperties(parse(s, 'open-api-3.1')) as Record<string, unknown>;
 
 function parameters(def: RouteDef) {
   const out: unknown[] = [];

@@ -265,7 +265,7 @@ export function unknownRoute(routes: Pick<RouteDef, 'method' | 'path'>[], websoc
   const known = routes.map((r) => ({ method: r.method.toUpperCase(), pattern: pathPattern(r.path) }));
   const sockets = websocketPaths.map(pathPattern);
   return (req, _res, next) => {
-    if (req.method === 'GET' && sockets.some((p) => p.test(req.path))) {
+    if ((req.method === 'GET' || req.method === 'HEAD') && sockets.some((p) => p.test(req.path))) {
       return next(new StatusError(426, 'invalid_argument', `${req.path} is a WebSocket route: connect with a WebSocket handshake (Upgrade: websocket)`, [], { Upgrade: 'websocket', Connection: 'Upgrade' }));
     }
     const allowed = new Set(known.filter((r) => r.pattern.test(req.path)).map((r) => r.method));

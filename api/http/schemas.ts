@@ -1,7 +1,6 @@
 import Joi from 'joi';
 
 import { NAME_PATTERN } from '../../core/names';
-import { ENV_NAME } from '../../core/packs';
 
 /** DESIGN.md §3: lowercase a-z 0-9 -, 1–63 chars, alphanumeric at both ends, no `--`. */
 export { NAME_PATTERN };
@@ -12,20 +11,24 @@ export const name = () =>
   });
 
 /** Maps (`environment`, `env`, `tags`, `permissions`) have string keys and string values. */
-export const stringMap = () => Joi.object().pattern(Joi.string().min(1).max(256), Joi.string().allow('').max(65536));
+export const stringMap = () => Joi.object().pattern(/^[\s\S]{1,256}$/, Joi.string().allow('').max(65536));
+
+/** A variable name (core/packs.ts `ENV_NAME`) of at most 256 characters. The maps' keys are
+ *  regular expressions, not schemas: OpenAPI then shows them as patternProperties. */
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,255}$/;
 
 /** Environment maps (a box's `environment`, an exec's or a service's `env`): keys are variable
  *  names, refused at the request (400 naming `environment.<key>`), not by the job that would
  *  start the box with them. */
 export const envMap = () =>
   Joi.object()
-    .pattern(Joi.string().pattern(ENV_NAME).max(256), Joi.string().allow('').max(65536))
+    .pattern(ENV_KEY, Joi.string().allow('').max(65536))
     .messages({ 'object.unknown': 'is not a variable name (letters, digits and _, not starting with a digit; at most 256)' });
 
 /** Tags: any text but the list filter's separators (`tag=a,b=1`), or no filter could match them. */
 export const tagMap = () =>
   Joi.object()
-    .pattern(Joi.string().min(1).max(256).pattern(/^[^,=]+$/), Joi.string().allow('').max(65536))
+    .pattern(/^[^,=]{1,256}$/, Joi.string().allow('').max(65536))
     .messages({ 'object.unknown': "is not a tag name (1-256 characters, no ',' or '=': the list filter tag=a,b=1 uses them)" });
 
 export const timestamp = () => Joi.string().isoDate();

@@ -59,7 +59,8 @@ export async function prepareSession(api: ApiContext, req: http.IncomingMessage,
   const [project, name, kind] = [seg[3], seg[5], seg[6]];
   validate(Joi.object({ project: Joi.string().pattern(NAME_PATTERN), name: Joi.string().pattern(NAME_PATTERN) }), { project, name }, 'path');
   let request: ExecSessionRequest;
-  if (kind === 'exec') {
+  // Routes match in any case, as express matches them (`…/EXEC/WS` is the exec route).
+  if (kind?.toLowerCase() === 'exec') {
     const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number; no_hup: boolean };
     const env = Object.fromEntries((q.env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
     request = { command: q.command, tty: q.tty, cwd: q.cwd, user: q.user, env, cols: q.cols, rows: q.rows, ...(q.no_hup ? { noHup: true } : {}) };

@@ -100,6 +100,8 @@ export const volumesRepo = {
   holders: (db: Db, volumeId: string) => db<AttachmentRow>('data_attachments').where({ volume_id: volumeId }).orderBy([{ column: 'project' }, { column: 'box' }]),
   /** What a box mounts at its start. */
   attachmentsOfBox: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: false }),
+  /** What a start binds in: the attached rows `markMounted` marked. */
+  mountedOfBox: (db: Db, boxId: string) => db<AttachmentRow>('data_attachments').where({ box_id: boxId, detached: false, mounted: true }),
   /** A row detached from the box while it ran with the volume mounted is taken back: it is
    *  still mounted there. */
   async attach(db: Db, row: AttachmentRow): Promise<void> {

@@ -2,10 +2,9 @@ import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { untilClientGone } from '../../http/clientGone';
 import { execResultSchema } from './exec';
-import { name, projectParam } from '../../http/schemas';
+import { envMap, name, projectParam } from '../../http/schemas';
 import { runVerb } from '../../../domain/verbs';
 import type { RunVerbRequest } from '../../../core/apiTypes';
-import { ENV_NAME } from '../../../core/packs';
 
 type VerbParams = { project: string; name: string; verb: string };
 
@@ -17,7 +16,7 @@ export default defineRoute<RunVerbRequest, unknown, VerbParams>({
   params: Joi.object({ project: projectParam.required(), name: name().required(), verb: name().required() }),
   body: Joi.object({
     args: Joi.array().items(Joi.string().allow('').max(65536)).max(4096),
-    env: Joi.object().pattern(Joi.string().pattern(ENV_NAME).max(256), Joi.string().allow('').max(65536)),
+    env: envMap(),
   }),
   responses: {
     200: {

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { deleteFile } from '../../../domain/files';
-import { boxParams, BoxParams, fileErrors, pathQuery } from './schemas';
+import { boxParams, BoxParams, fileChangeErrors, pathQuery } from './schemas';
 
 export default defineRoute<unknown, { path: string; recursive: boolean }, BoxParams>({
   method: 'delete',
@@ -10,7 +10,7 @@ export default defineRoute<unknown, { path: string; recursive: boolean }, BoxPar
   tag: 'files',
   params: boxParams,
   query: Joi.object({ path: pathQuery, recursive: Joi.boolean().default(false) }),
-  responses: { 204: { description: 'deleted' }, ...fileErrors, 400: { description: 'a relative path, the root, or a directory that is not empty without `recursive`' } },
+  responses: { 204: { description: 'deleted' }, ...fileChangeErrors, 400: { description: 'a relative path, the root, or a directory that is not empty without `recursive`' } },
   handler: async ({ api, identity, params, query }) => {
     await deleteFile(api, identity, params.project, params.name, query.path, query.recursive);
     return { status: 204 };

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { writeFile } from '../../../domain/files';
-import { boxParams, BoxParams, fileErrors, fileStatSchema, pathQuery } from './schemas';
+import { boxParams, BoxParams, fileChangeErrors, fileStatSchema, pathQuery } from './schemas';
 
 export default defineRoute<unknown, { path: string; mode?: string }, BoxParams>({
   method: 'put',
@@ -16,7 +16,7 @@ export default defineRoute<unknown, { path: string; mode?: string }, BoxParams>(
   rawBody: true,
   responses: {
     200: { description: 'the file as written', schema: fileStatSchema },
-    ...fileErrors,
+    ...fileChangeErrors,
     507: { description: "the box's disk is full: nothing is left at the path (an old file stays as it was)" },
   },
   handler: async ({ api, identity, params, query, req }) => ({ body: await writeFile(api, identity, params.project, params.name, query.path, req, query.mode) }),

@@ -20,5 +20,12 @@ export const fileStatSchema = Joi.object({
 export const fileErrors = {
   400: { description: 'the path is not absolute, or names a directory where a file is wanted (or the reverse)' },
   404: { description: 'no such box, or no such path in it' },
-  409: { description: 'the box is not running' },
+  403: { description: 'permission denied in the box (a read-only bind)' },
+  409: { description: 'the box is not running, or a mount point in the way is in use' },
+};
+
+/** What a write or a delete adds: /.boxhost is refused before the box is asked. */
+export const fileChangeErrors = {
+  ...fileErrors,
+  403: { description: 'permission denied in the box (a read-only bind), or a path under /.boxhost, where the box agent is bound in' },
 };

@@ -5,7 +5,7 @@ export const grantParams = Joi.object({ name: name().required() });
 
 export const permissions = () =>
   Joi.object()
-    .pattern(Joi.string().pattern(/^[a-z][a-z0-9_]{0,62}$/), Joi.any().valid('read', 'write').messages({ 'any.only': 'must be "read" or "write"' }))
+    .pattern(/^[a-z][a-z0-9_]{0,62}$/, Joi.any().valid('read', 'write').messages({ 'any.only': 'must be "read" or "write"' }))
     .description('permission name → read | write');
 
 export const repositories = () =>

@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import { name, timestamp } from '../../http/schemas';
+import { envMap, name, NAME_PATTERN, timestamp } from '../../http/schemas';
 import { serviceStartBody } from '../services/schemas';
 import { ENV_NAME } from '../../../core/packs';
 
@@ -19,15 +19,15 @@ export const revisionSpec = Joi.object({
   parent: Joi.string().max(128).required().description('the base it builds from (name or name@version)'),
   script: Joi.string().max(1024 * 1024).required(),
   services: Joi.array().items(serviceStartBody).max(64),
-  verbs: Joi.object().pattern(name(), verbSpec).max(256),
-  outputs: Joi.object().pattern(envName(), Joi.string().allow('').max(65536)).max(256),
+  verbs: Joi.object().pattern(NAME_PATTERN, verbSpec).max(256),
+  outputs: envMap().max(256),
 }).label('PackRevisionSpec');
 
 /** The manifest `POST /v1/packs` takes (JSON, or YAML with a YAML content type). */
 export const manifestSchema = Joi.object({
   name: name().required(),
   description: Joi.string().allow('', null).max(4096),
-  revisions: Joi.object().pattern(name(), revisionSpec).min(1).max(64).required(),
+  revisions: Joi.object().pattern(NAME_PATTERN, revisionSpec).min(1).max(64).required(),
   default_rev: name().required(),
 }).label('PackManifest');
 
@@ -36,7 +36,7 @@ export const packSchema = Joi.object({
   description: Joi.string().allow(null, '').required(),
   rev: Joi.string().required().description("the installed manifest's content hash"),
   default_rev: Joi.string().required().description('the label of the default revision'),
-  revisions: Joi.object().pattern(Joi.string(), revisionSpec.keys({ rev: Joi.string().required().description("the revision's content hash (what an instance pins as pack_rev)") })).required(),
+  revisions: Joi.object().pattern(/^/, revisionSpec.keys({ rev: Joi.string().required().description("the revision's content hash (what an instance pins as pack_rev)") })).required(),
   instances: Joi.number().integer().min(0).required(),
   created_at: timestamp().required(),
   updated_at: timestamp().required(),
