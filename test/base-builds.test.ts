@@ -133,5 +133,12 @@ t.test('base builds on a real host', async (t) => {
     t.equal(fail.code, 1);
     t.match(fail.stderr, /exited 7/);
     t.equal((await box('build', 'start', 'x', '--parent', 'busybox')).code, 2, 'no script: a usage error');
+    // --global: a base of every project, $BOXHOST_PROJECT notwithstanding.
+    const g = await box('--json', 'build', 'start', 'gtools', '--parent', 'busybox', '--script', 'true', '--global', '--wait');
+    t.equal(g.code, 0, g.stderr);
+    const gb = await call('GET', '/v1/bases/gtools');
+    t.equal(gb.status, 200, gb.text);
+    t.equal(gb.body.project, null, 'the base is every project\'s');
+    t.equal((await box('build', 'start', 'x', '--parent', 'busybox', '--script', 'true', '--global', '-p', 'bb')).code, 2, '-p and --global: a usage error');
   });
 });

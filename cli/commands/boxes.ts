@@ -201,7 +201,7 @@ export function register(program: Command): void {
   });
   stateCommand(program, {
     name: 'resume',
-    description: 'start a stopped box again (POST /v1/projects/{project}/boxes/{name}/resume)',
+    description: 'start a stopped or failed box again (POST /v1/projects/{project}/boxes/{name}/resume)',
     verbs: ['resuming', 'resumed'],
     call: (ctx, project, name) => ctx.client.post<Box>(`${boxPath(project, name)}/resume`),
   });

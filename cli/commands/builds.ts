@@ -26,6 +26,7 @@ interface StartOptions {
   scriptFile?: string;
   force?: boolean;
   project?: string;
+  global?: boolean;
   wait?: boolean;
   follow?: boolean;
 }
@@ -37,7 +38,8 @@ async function start(ctx: Ctx, base: string, o: StartOptions): Promise<void> {
   if ((o.script === undefined) === (o.scriptFile === undefined)) throw new UsageError('give the script with --script or --script-file (one of them)');
   const script = o.script ?? fs.readFileSync(o.scriptFile === '-' ? 0 : o.scriptFile!, 'utf8');
   // -p, else $BOXHOST_PROJECT (as every box command), else none: a base of every project.
-  const project = o.project || process.env.BOXHOST_PROJECT || undefined;
+  if (o.global && o.project) throw new UsageError('give -p or --global, not both');
+  const project = o.global ? undefined : o.project || process.env.BOXHOST_PROJECT || undefined;
   const r = await ctx.client.request<BaseBuildStart>('POST', '/v1/base-builds', { body: { base, parent: o.parent, script, force: Boolean(o.force), ...(project ? { project } : {}) } });
   const started = r.body as BaseBuildStart;
   const opId = String(r.headers['operation-id']);
@@ -65,7 +67,8 @@ const startFlags = (cmd: Command) =>
     .option('--script <text>', 'the script, run as root with /bin/sh -c')
     .option('--script-file <file>', 'the script from a file (- for stdin)')
     .option('--force', 'build again even if that version exists')
-    .option('-p, --project <project>', 'where the temporary box runs and whose base it becomes (default: $BOXHOST_PROJECT; neither: a base of every project)')
+    .option('-p, --project <project>', 'where the temporary box runs and whose base it becomes (default: $BOXHOST_PROJECT)')
+    .option('--global', "a base of every project, whatever $BOXHOST_PROJECT says (a token without a project limit)")
     .option('--wait', 'wait for the build to end, showing progress')
     .option('-f, --follow', 'print its log as it runs, and wait for the end');
 
