@@ -16,7 +16,7 @@ import { RuncRuntime } from '../workers/runtime/runc';
 import { platformDestinations } from '../workers/setup';
 import { claimDir } from './helpers/owner';
 import { elementVeth, guardSets } from './helpers/hostState';
-import type { Config } from '../core/config';
+import { ConfigError, type Config } from '../core/config';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const hostTag = crypto.randomBytes(3).toString('hex');
@@ -620,7 +620,8 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
   const o1 = await outNet.attach('o1', { index: 1 });
   const bridge = outNet.bridgeName(1);
 
-  const transit = (n: number) => `10.${second}.255.${n}`; // in the last project block of this /16: unused
+  // Outside the box subnet (a node refuses a subnet another interface routes: subnetClash.ts).
+  const transit = (n: number) => `100.64.${second}.${n}`;
   const outside = { metadata: '169.254.169.254', redis: '198.51.100.10', postgres: '198.51.100.11', agent: '203.0.113.5', control: '198.51.100.20' };
   await outsideWorld(outTag, bridge, transit, Object.values(outside));
 
@@ -706,10 +707,31 @@ t.test('platformDestinations: the hosts of REDIS_URL and DATABASE_URL, then BOXH
   t.equal(canonicalCidr('redis.internal'), null);
   const badTag = crypto.randomBytes(3).toString('hex');
   const badDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-bad-test-${badTag}-`));
-  const bad = new CniNetwork({ dataDir: badDir, hostTag: badTag, boxSubnet, outbound: true, protectedDestinations: async () => ['redis.internal'] });
+  const bad = new CniNetwork({ dataDir: badDir, hostTag: badTag, boxSubnet: '10.254.0.0/16', outbound: true, protectedDestinations: async () => ['redis.internal'] });
   await t.rejects(bad.init(), /not an IPv4 address or CIDR/, 'a bad protected destination fails init');
   await bad.destroyAll();
   fs.rmSync(badDir, { recursive: true, force: true });
+});
+
+t.test('a subnet another interface of the machine routes is refused at init', async (t) => {
+  // A stand-in for podman's cni-podman0 or a second boxhost: a dummy interface routing a /24.
+  const dummy = `bhclash${crypto.randomBytes(2).toString('hex')}`;
+  await run(['ip', 'link', 'add', dummy, 'type', 'bridge']);
+  t.teardown(() => run(['ip', 'link', 'del', dummy], { allowFailure: true }));
+  await run(['ip', 'addr', 'add', '10.254.7.1/24', 'dev', dummy]);
+  await run(['ip', 'link', 'set', dummy, 'up']);
+  const tag = crypto.randomBytes(3).toString('hex');
+  const dir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-clash-test-${tag}-`));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const clash = new CniNetwork({ dataDir: dir, hostTag: tag, boxSubnet: '10.254.0.0/16', outbound: false, logger });
+  const refused = await clash.init().then(() => null, (e: Error) => e);
+  t.ok(refused instanceof ConfigError, `refused as a configuration error (${refused?.message})`);
+  t.match(refused?.message, /^BOXHOST_BOX_SUBNET=10\.254\.0\.0\/16 is already routed on this machine: 10\.254\.7\.0\/24 via bhclash/);
+  // Positive control: the same network on a subnet nothing routes starts.
+  const free = new CniNetwork({ dataDir: dir, hostTag: tag, boxSubnet: '10.254.0.0/16', outbound: false, logger });
+  await run(['ip', 'link', 'del', dummy]);
+  await free.init();
+  await free.destroyAll();
 });
 
 t.test('small blocks of a /20, and the layout lock', async (t) => {

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
+import { assertSubnetFree, clashes, parseRoutes } from '../workers/network/subnetClash';
 import { ConfigError, loadConfig } from '../core/config';
 import { BoxhostError } from '../core/errors';
 import { newBoxId, now } from '../core/ids';
@@ -274,4 +275,36 @@ t.test('the api refuses up front: projects, addresses, placement', async (t) => 
     t.ok(e instanceof BoxhostError && e.code === 'conflict');
     t.match((e as Error).message, /project p1 has network index 1, outside BOXHOST_BOX_SUBNET=10\.150\.2\.0\/24 BOXHOST_PROJECT_PREFIX=24 \(1 projects\)/);
   });
+});
+
+t.test('the box subnet against the machine\'s routes (workers/network/subnetClash.ts)', async (t) => {
+  // /proc/net/route as the kernel writes it: little-endian hex destination and mask.
+  const table = [
+    'Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT',
+    'eth0\t00000000\t0102A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0',
+    'eth0\t0002A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0',
+    'cni-podman0\t0000580A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0',
+    'bhabcdp0\t0000590A\t00000000\t0001\t0\t0\t0\t00FCFFFF\t0\t0\t0',
+    'corp0\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0',
+  ].join('\n');
+  const routes = parseRoutes(table);
+  t.same(routes.map((r) => [r.iface, formatIpv4(r.base), r.prefix]), [
+    ['eth0', '0.0.0.0', 0], ['eth0', '192.168.2.0', 24], ['cni-podman0', '10.88.0.0', 16], ['bhabcdp0', '10.89.0.0', 22], ['corp0', '10.0.0.0', 8],
+  ]);
+  const podman = clashes(routes, '10.88.0.0/16', 'bhabcdp');
+  t.same(podman.inside.map((r) => r.iface), ['cni-podman0'], "podman's default network clashes with the default subnet");
+  t.same(podman.wider.map((r) => r.iface), ['corp0'], 'a /8 LAN holds it: a warning only');
+  t.same(clashes(routes, '10.89.0.0/16', 'bhabcdp').inside, [], "this node's own bridges are no clash");
+  t.same(clashes(routes, '10.89.0.0/16', 'bhzzzzp').inside.map((r) => r.iface), ['bhabcdp0'], "another boxhost's bridge is");
+  t.same(clashes(routes, '172.30.0.0/16', 'bhabcdp'), { inside: [], wider: [] }, 'the default route is never a clash');
+  const file = path.join(os.tmpdir(), `routes-${process.pid}`);
+  fs.writeFileSync(file, table);
+  t.teardown(() => fs.rmSync(file, { force: true }));
+  const refused = await assertSubnetFree('10.88.0.0/16', 'bhabcdp', undefined, file).then(() => null, (e: Error) => e);
+  t.ok(refused instanceof ConfigError, 'a configuration error');
+  t.match(refused?.message, /10\.88\.0\.0\/16 via cni-podman0/);
+  const warned: unknown[] = [];
+  await assertSubnetFree('10.90.0.0/16', 'bhabcdp', { debug: () => undefined, info: () => undefined, warn: (o) => warned.push(o) }, file);
+  t.same(warned, [{ route: '10.0.0.0/8', iface: 'corp0', subnet: '10.90.0.0/16' }]);
+  await assertSubnetFree('10.88.0.0/16', 'bhabcdp', undefined, '/nonexistent/route');
 });

@@ -7,6 +7,7 @@ import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } f
 import { SourceRules } from './sourceRules';
 import { ensureNetnsDir } from '../runtime/netnsDir';
 import { checkLayout, LayoutState, lockLayout } from './layoutLock';
+import { assertSubnetFree } from './subnetClash';
 import { BoxPort, IFNAME_RE, MAC_RE, PortGuard } from './portGuard';
 import { boxNet, type BoxNetRequest } from '../../core/spawner';
 
@@ -199,6 +200,9 @@ export class CniNetwork implements NetworkDriver {
     await fs.promises.mkdir(this.ipamDir, { recursive: true, mode: 0o700 });
     await ensureNetnsDir(NETNS_DIR, (msg) => this.logger?.warn({}, msg));
     await this.lockLayout();
+    // Before anything is wired: a subnet another interface routes would put two gateways on one
+    // address (docs/configuration.md BOXHOST_BOX_SUBNET).
+    await assertSubnetFree(this.boxSubnet, this.bridgePrefix, this.logger);
     // Bridged (same-bridge) traffic must pass iptables for the physdev rule to see it; and
     // forwarding must be on for outbound NAT (the bridge plugin turns it on anyway).
     await writeSysctl('/proc/sys/net/bridge/bridge-nf-call-iptables', '1', this.logger);
