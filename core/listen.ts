@@ -10,11 +10,15 @@ import type { AddressInfo } from 'node:net';
  */
 export const HTTP_BUFFER_BYTES = 256 << 10;
 
+/** How long a stopping server lets requests under way finish. */
+export const CLOSE_GRACE_MS = 2000;
+
 export interface Listening {
   /** `http://host:port` as bound (port 0 resolved). */
   url: string;
-  /** Stops accepting and drops open connections. */
-  close(): Promise<void>;
+  /** Stops accepting, closes idle connections at once, lets requests under way finish for up to
+   *  `graceMs` (2 s by default), then drops what is still open. */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** Starts an HTTP server on `host:port` (0: any free port). */
@@ -27,10 +31,17 @@ export async function listen(server: http.Server, port: number, host: string): P
   const hostPart = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   return {
     url: `http://${hostPart}:${addr.port}`,
-    close: () =>
+    // A request under way when the server stops gets its answer when it can (a create that is
+    // recorded is answered 202, not cut off with its box made anyway); a long poll or a stream
+    // still open at the end of the grace is cut, as before.
+    close: (graceMs = CLOSE_GRACE_MS) =>
       new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
+        const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+        server.close(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+        server.closeIdleConnections();
       }),
   };
 }

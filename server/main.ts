@@ -25,9 +25,15 @@ async function main() {
   }
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal: the operations under way are left as a killed worker leaves them; the
+      // next start picks them up again (every job step is idempotent).
+      host.log.warn({ signal }, 'stopping now: operations under way resume at the next start');
+      process.exit(1);
+    }
     stopping = true;
-    host.log.info({ signal }, 'stopping');
+    host.log.info({ signal }, 'stopping: requests under way get 2 s, running operations are let finish (signal again to stop at once; they resume at the next start)');
+    process.stderr.write(`boxhost: stopping; waiting for running operations to finish (${signal} again to stop at once: they resume at the next start)\n`);
     await host.close();
     process.exit(0);
   };

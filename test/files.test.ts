@@ -58,7 +58,7 @@ t.test('through the node agent: HttpNodeClient ↔ LocalNode, streams and errors
   t.equal((await failure(c.fileDelete('bx1', '/srv', false))).code, 'invalid_argument', 'a directory that is not empty, without recursive');
   await c.fileDelete('bx1', '/srv', true);
   t.equal((await failure(c.fileStat('bx1', '/srv/app/blob.bin'))).code, 'not_found', 'recursive delete');
-  t.equal((await failure(c.fileStat('bx2', '/'))).code, 'conflict', 'a box that is not running: conflict');
+  t.equal((await failure(c.fileStat('bx2', '/'))).code, 'unavailable', 'a box whose container does not run (asked of the node: its row says it runs): unavailable, try again');
   t.equal((await failure(c.fileStat('other', '/'))).code, 'not_found', "another node's box: not_found");
   t.equal((await failure(c.fileStat('bx1', 'relative'))).code, 'invalid_argument', 'a relative path: invalid_argument');
 });

@@ -338,7 +338,11 @@ export function contractError(e: unknown): unknown {
     const field = e.field === 'timeout' ? 'timeout_secs' : e.field;
     return invalid(e.message, [{ field, issue: e.message }]);
   }
-  if (e instanceof BoxNotRunningError) return conflict('the box is not running');
+  // The api asks a node only for a box its row says runs: a container that does not is being
+  // restarted (the agent watchdog, a storage recovery, reconciliation), and comes back.
+  if (e instanceof BoxNotRunningError) {
+    return new BoxhostError('unavailable', "the box's container is not running: it is being restarted or recovered; try again shortly", [], { 'Retry-After': '5' });
+  }
   if (e instanceof BoxNeedsRestartError) return conflict(e.message);
   if (e instanceof BoxAgentUnavailableError) {
     return new BoxhostError('unavailable', `the box's agent (boxd) is not answering: ${e.message}; the box may need a restart`, [], { 'Retry-After': '5' });
