@@ -84,7 +84,7 @@ export async function attach(session: CliSession, tty: boolean): Promise<number>
   const stdin = process.stdin;
   const rawWas = stdin.isTTY ? stdin.isRaw : false;
   const resize = () => {
-    if (process.stdout.isTTY) session.resize(process.stdout.columns, process.stdout.rows);
+    if (process.stdout.isTTY && process.stdout.columns > 0 && process.stdout.rows > 0) session.resize(process.stdout.columns, process.stdout.rows);
   };
   if (tty && stdin.isTTY) stdin.setRawMode(true);
   if (tty) {

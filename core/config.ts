@@ -32,7 +32,6 @@ export interface Config {
   buildSources: boolean;
   defaultBase: string;
   oidc: { issuer?: string; clientId?: string; clientSecret?: string };
-  importLimitBytes: number;
   nodeId: string;
   /** BOXHOST_NODE_NAME (default: the machine's host name). */
   nodeName?: string;
@@ -131,7 +130,6 @@ const envSchema = Joi.object({
   BOXHOST_OIDC_ISSUER: Joi.string().uri().optional(),
   BOXHOST_OIDC_CLIENT_ID: Joi.string().optional(),
   BOXHOST_OIDC_CLIENT_SECRET: Joi.string().optional(),
-  BOXHOST_IMPORT_LIMIT_BYTES: Joi.number().integer().min(1).default(4 * 1024 ** 3),
   BOXHOST_NODE_ID: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).default('local'),
   BOXHOST_NODE_NAME: Joi.string().max(255).optional(),
   BOXHOST_NODE_CPUS: Joi.number().integer().min(1).max(100000).optional(),
@@ -173,7 +171,14 @@ const envSchema = Joi.object({
   BOXHOST_SNAPSHOTS_MAX_PER_BOX: Joi.number().integer().min(1).max(10000).default(100),
   BOXHOST_EXEC_MAX_PER_TOKEN: Joi.number().integer().min(1).max(100000).default(64),
   BOXHOST_EXEC_MAX_PER_NODE: Joi.number().integer().min(1).max(100000).default(256),
-  BOXHOST_PROTECTED_NETS: Joi.string().allow('').default(''),
+  // Checked here (exit 2 naming the variable), not first at the node's start with outbound on.
+  BOXHOST_PROTECTED_NETS: Joi.string().allow('').default('').custom((v: string, h) => {
+    for (const c of v.split(/[\s,]+/).filter(Boolean)) {
+      const why = cidrError(c);
+      if (why) return h.message({ custom: why });
+    }
+    return v;
+  }),
   BOXHOST_WEBHOOK_ALLOW_NETS: Joi.string().allow('').default('').custom((v: string, h) => {
     for (const c of v.split(/[\s,]+/).filter(Boolean)) {
       const why = cidrError(c);
@@ -226,7 +231,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
       clientId: value.BOXHOST_OIDC_CLIENT_ID,
       clientSecret: value.BOXHOST_OIDC_CLIENT_SECRET,
     },
-    importLimitBytes: value.BOXHOST_IMPORT_LIMIT_BYTES,
     nodeId: value.BOXHOST_NODE_ID,
     nodeName: value.BOXHOST_NODE_NAME,
     nodeCpus: value.BOXHOST_NODE_CPUS,

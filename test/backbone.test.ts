@@ -514,6 +514,10 @@ t.test('bad configuration stops with one line naming the variable', async (t) =>
   t.equal(r.status, 2);
   t.match(r.stderr.trim(), /^boxhost: invalid BOXHOST_PORT="eighty": must be a number$/);
   t.equal(r.stderr.trim().split('\n').length, 1);
+  // A host name where addresses are wanted: refused the same way, whatever BOXHOST_BOX_OUTBOUND says.
+  const nets = spawnSync(process.execPath, [main], { env: { ...process.env, BOXHOST_PROTECTED_NETS: '10.0.0.0/8, example.com' }, encoding: 'utf8' });
+  t.equal(nets.status, 2);
+  t.match(nets.stderr.trim(), /^boxhost: invalid BOXHOST_PROTECTED_NETS=".*": example\.com is not an address or CIDR$/);
 });
 
 t.test('auth settings say configured when an identity provider is set', async (t) => {

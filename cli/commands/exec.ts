@@ -5,6 +5,15 @@ import { action, int, keyValue, projectOption } from '../context';
 import { note, say } from '../output';
 import { attach, openSession } from '../session';
 
+/** The terminal's size, when it has one: a terminal that says 0×0 (script(1), some serial
+ *  consoles and CI terminals) sends none, and the box's pty keeps its default 80×24. */
+export function setTerminalSize(q: URLSearchParams): void {
+  const { columns, rows, isTTY } = process.stdout;
+  if (!isTTY || !(columns > 0) || !(rows > 0)) return;
+  q.set('cols', String(columns));
+  q.set('rows', String(rows));
+}
+
 interface ExecOptions {
   project?: string;
   interactive?: boolean;
@@ -50,10 +59,7 @@ function registerExec(program: Command): void {
           if (o.user) q.set('user', o.user);
           for (const [k, v] of Object.entries(o.env ?? {})) q.append('env', `${k}=${v}`);
           if (o.hup === false) q.set('no_hup', '1');
-          if (o.tty && process.stdout.isTTY) {
-            q.set('cols', String(process.stdout.columns));
-            q.set('rows', String(process.stdout.rows));
-          }
+          if (o.tty) setTerminalSize(q);
           const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec/ws`, q);
           ctx.exit((await attach(session, Boolean(o.tty))) & 0xff);
           return;
@@ -89,10 +95,7 @@ export function registerConsole(program: Command): void {
       action<{ project?: string; user?: string }>(async (ctx, [name], o) => {
         const q = new URLSearchParams();
         if (o.user) q.set('user', o.user);
-        if (process.stdout.isTTY) {
-          q.set('cols', String(process.stdout.columns));
-          q.set('rows', String(process.stdout.rows));
-        }
+        setTerminalSize(q);
         const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/console`, q);
         ctx.exit((await attach(session, true)) & 0xff);
       }),
