@@ -103,7 +103,7 @@ export function register(program: Command): void {
     .option('--cpus <n>', 'CPU limit', int(1))
     .option('--ram-mb <n>', 'memory limit in MB', int(1))
     .option('--storage-gb <n>', 'root filesystem quota in GB', int(1))
-    .option('--region <region>', 'region (must be the host\'s own)')
+    .option('--region <region>', 'region: the box goes to a node of it (default: the api\'s BOXHOST_REGION)')
     .option('--env <KEY=VALUE>', 'environment variable of the box (repeatable)', keyValue)
     .option('--tag <KEY=VALUE>', 'tag (repeatable)', keyValue)
     .option('--data <NAME:/path[:ro]>', 'mount data volume NAME at /path (repeatable; :ro read-only)', dataMount)

@@ -42,7 +42,9 @@ export function register(program: Command): void {
         const { body } = await ctx.client.get<{ nodes: Node[] }>('/v1/nodes');
         ctx.show(body, ({ nodes: list }) =>
           printTable(
-            ['ID', 'REGION', 'STATE', 'STATUS', 'BOXES', 'CPUS', 'RAM', 'HEARTBEAT'],
+            // DISK: promised of what may be (capacity × overcommit): storage is what a small
+            // host runs out of first, and creates past it answer 507.
+            ['ID', 'REGION', 'STATE', 'STATUS', 'BOXES', 'CPUS', 'RAM', 'DISK', 'HEARTBEAT'],
             list.map((n) => [
               n.id,
               n.region,
@@ -51,6 +53,7 @@ export function register(program: Command): void {
               n.committed.boxes,
               `${n.committed.cpus}/${n.capacity.cpus}`,
               `${gb(n.committed.ram_mb)}/${gb(n.capacity.ram_mb)}`,
+              `${n.committed.disk_gb}/${n.allocatable.disk_gb} GB`,
               formatTime(n.heartbeat_at) || 'stopped',
             ]),
             'no nodes have registered',
