@@ -5,6 +5,7 @@ import IORedis, { RedisOptions } from 'ioredis';
 import type { Config } from './config';
 import type { Logger } from './logger';
 import { sleep } from './command';
+import { processStamp, stampedProcess } from './procStamp';
 
 /** Connection options for every ioredis client of this host (BullMQ needs
  *  maxRetriesPerRequest null on its blocking connections). */
@@ -51,13 +52,22 @@ async function answersPing(socket: string): Promise<boolean> {
  */
 export class EmbeddedRedis {
   private child?: ChildProcess;
+  /** An orphan taken over at start (its starter was killed): stopped by this process. */
+  private adopted?: number;
 
   constructor(private readonly config: Config, private readonly log: Logger) {}
 
   async start(): Promise<void> {
     if (this.config.redisUrl) return;
     const socket = embeddedRedisSocket(this.config);
-    if (await answersPing(socket)) return;
+    if (await answersPing(socket)) {
+      // Started by a process of this host that still runs: theirs to stop. Started by one that
+      // was killed (kill -9 leaves the server running): this process takes it over, and stops it
+      // when it stops, as it would one it started.
+      this.adopted = takeOver(socket);
+      if (this.adopted !== undefined) this.log.info({ socket, pid: this.adopted }, 'embedded redis-server left by a killed process: taken over');
+      return;
+    }
     const dir = path.dirname(socket);
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     fs.rmSync(socket, { force: true });
@@ -66,6 +76,7 @@ export class EmbeddedRedis {
       '--appendonly', 'yes', '--save', '', '--daemonize', 'no', '--logfile', path.join(dir, 'redis.log'),
     ], { stdio: 'ignore' });
     this.child.on('exit', (code) => this.log.warn({ code }, 'embedded redis-server exited'));
+    if (this.child.pid) writeStarter(socket, this.child.pid);
     for (let i = 0; i < 100; i++) {
       if (await answersPing(socket)) {
         this.log.info({ socket }, 'embedded redis-server started');
@@ -77,11 +88,53 @@ export class EmbeddedRedis {
   }
 
   async stop(): Promise<void> {
+    if (this.adopted !== undefined) {
+      const pid = this.adopted;
+      this.adopted = undefined;
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        return; // gone already
+      }
+      for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
+      return;
+    }
     const child = this.child;
     if (!child || child.exitCode !== null) return;
     await new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.kill('SIGTERM');
     });
+  }
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** `<socket dir>/starter`: which redis-server serves the socket and which process started it. */
+const starterFile = (socket: string) => path.join(path.dirname(socket), 'starter');
+
+function writeStarter(socket: string, redisPid: number): void {
+  fs.writeFileSync(starterFile(socket), `${JSON.stringify({ redis: processStamp(redisPid), starter: processStamp() })}\n`, { mode: 0o600 });
+}
+
+/** The pid of the redis-server serving `socket` when the process that started it is gone (the
+ *  file then names this process as its starter), else undefined: its starter runs, or nothing
+ *  says which server it is. */
+function takeOver(socket: string): number | undefined {
+  try {
+    const f = JSON.parse(fs.readFileSync(starterFile(socket), 'utf8')) as { redis: string; starter: string };
+    const redis = stampedProcess(f.redis);
+    if (redis === null || stampedProcess(f.starter) !== null) return undefined;
+    fs.writeFileSync(starterFile(socket), `${JSON.stringify({ redis: f.redis, starter: processStamp() })}\n`, { mode: 0o600 });
+    return redis;
+  } catch {
+    return undefined;
   }
 }

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { processStamp, stampedProcess } from '../../core/procStamp';
 
 /**
  * Which process a temp dir of the suite belongs to: the sweep (test/helpers/sweep.ts) leaves a
@@ -10,29 +11,11 @@ import path from 'node:path';
  */
 const OWNER_FILE = '.owner';
 
-/** The process's start time (field 22 of /proc/<pid>/stat, counted after the command name, which
- *  may hold spaces); null when it is gone or a zombie (dead, not yet reaped). */
-function startTime(pid: number): string | null {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (fields[0] === 'Z' || fields[0] === 'X') return null;
-    return fields[19] ?? null;
-  } catch {
-    return null;
-  }
-}
-
 /** What a claim holds: this process's pid and start time. */
-export const ownerStamp = () => `${process.pid} ${startTime(process.pid)}\n`;
+export const ownerStamp = () => `${processStamp()}\n`;
 
 /** The pid of the running process whose stamp `text` is (this process's too), else null. */
-export function stampOwner(text: string): number | null {
-  const [pid, start] = text.trim().split(' ');
-  const n = Number(pid);
-  if (!Number.isInteger(n) || n <= 0) return null;
-  return start && startTime(n) === start ? n : null;
-}
+export const stampOwner = stampedProcess;
 
 /** Marks `dir` as this process's; returns it. */
 export function claimDir(dir: string): string {
