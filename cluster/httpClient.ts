@@ -419,7 +419,8 @@ export class HttpNodeClient implements NodeClient {
     if (e.code === 'unauthenticated') return unavailable(`node ${this.nodeId} refused the cluster secret`);
     const code = (AGENT_ERROR_CODES as string[]).includes(e.code) ? (e.code as ErrorCode) : 'internal';
     // A node over its exec cap: the client is told when to come back, as for the api's own caps.
-    const headers: Record<string, string> = code === 'rate_limited' ? { 'Retry-After': String(AGENT_RETRY_AFTER_S) } : {};
+    // So is one told its box or its agent is unavailable for a moment (docs/boxd.md).
+    const headers: Record<string, string> = code === 'rate_limited' || code === 'unavailable' ? { 'Retry-After': String(AGENT_RETRY_AFTER_S) } : {};
     return new BoxhostError(code, e.message, e.details ?? [], headers);
   }
 

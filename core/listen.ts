@@ -1,5 +1,5 @@
 import type http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 
 /**
  * The write (and read) buffer of every HTTP connection boxhost serves, past which a stream
@@ -23,6 +23,11 @@ export interface Listening {
 
 /** Starts an HTTP server on `host:port` (0: any free port). */
 export async function listen(server: http.Server, port: number, host: string): Promise<Listening> {
+  const sockets = new Set<Socket>();
+  server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => resolve());
@@ -34,9 +39,15 @@ export async function listen(server: http.Server, port: number, host: string): P
     // A request under way when the server stops gets its answer when it can (a create that is
     // recorded is answered 202, not cut off with its box made anyway); a long poll or a stream
     // still open at the end of the grace is cut, as before.
+    // Upgraded sockets (WebSocket sessions, proxied tunnels) are no longer the server's
+    // connections: closeAllConnections leaves them (nodejs/node#53536), so they are tracked here
+    // and destroyed with the rest at the end of the grace, or the close would wait for them.
     close: (graceMs = CLOSE_GRACE_MS) =>
       new Promise<void>((resolve) => {
-        const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+        const timer = setTimeout(() => {
+          server.closeAllConnections();
+          for (const s of sockets) s.destroy();
+        }, graceMs);
         server.close(() => {
           clearTimeout(timer);
           resolve();

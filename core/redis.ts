@@ -74,7 +74,9 @@ export class EmbeddedRedis {
     this.child = spawn('redis-server', [
       '--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir,
       '--appendonly', 'yes', '--save', '', '--daemonize', 'no', '--logfile', path.join(dir, 'redis.log'),
-    ], { stdio: 'ignore' });
+      // A group of its own: the terminal's Ctrl-C reaches the host, which stops it last (after
+      // the running operations it holds have finished), not it at once.
+    ], { stdio: 'ignore', detached: true });
     this.child.on('exit', (code) => this.log.warn({ code }, 'embedded redis-server exited'));
     if (this.child.pid) writeStarter(socket, this.child.pid);
     for (let i = 0; i < 100; i++) {
@@ -126,15 +128,37 @@ function writeStarter(socket: string, redisPid: number): void {
 
 /** The pid of the redis-server serving `socket` when the process that started it is gone (the
  *  file then names this process as its starter), else undefined: its starter runs, or nothing
- *  says which server it is. */
+ *  says which server it is. Processes of one host starting together (api and workers after a
+ *  kill -9) take turns through `<socket dir>/takeover`, so only the first takes it over: the
+ *  others then find a starter that runs. */
 function takeOver(socket: string): number | undefined {
-  try {
-    const f = JSON.parse(fs.readFileSync(starterFile(socket), 'utf8')) as { redis: string; starter: string };
-    const redis = stampedProcess(f.redis);
-    if (redis === null || stampedProcess(f.starter) !== null) return undefined;
-    fs.writeFileSync(starterFile(socket), `${JSON.stringify({ redis: f.redis, starter: processStamp() })}\n`, { mode: 0o600 });
-    return redis;
-  } catch {
-    return undefined;
+  const lock = path.join(path.dirname(socket), 'takeover');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      fs.writeFileSync(lock, processStamp(), { flag: 'wx', mode: 0o600 });
+    } catch {
+      // Held: by a process under way (not ours to take), or by one that died holding it.
+      let holder: string;
+      try {
+        holder = fs.readFileSync(lock, 'utf8');
+      } catch {
+        continue; // released meanwhile
+      }
+      if (stampedProcess(holder) !== null) return undefined;
+      fs.rmSync(lock, { force: true });
+      continue;
+    }
+    try {
+      const f = JSON.parse(fs.readFileSync(starterFile(socket), 'utf8')) as { redis: string; starter: string };
+      const redis = stampedProcess(f.redis);
+      if (redis === null || stampedProcess(f.starter) !== null) return undefined;
+      fs.writeFileSync(starterFile(socket), `${JSON.stringify({ redis: f.redis, starter: processStamp() })}\n`, { mode: 0o600 });
+      return redis;
+    } catch {
+      return undefined;
+    } finally {
+      fs.rmSync(lock, { force: true });
+    }
   }
+  return undefined;
 }

@@ -286,6 +286,9 @@ t.test('the box subnet against the machine\'s routes (workers/network/subnetClas
     'cni-podman0\t0000580A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0',
     'bhabcdp0\t0000590A\t00000000\t0001\t0\t0\t0\t00FCFFFF\t0\t0\t0',
     'corp0\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0',
+    // Not up, and an unreachable route: neither puts a gateway on an address.
+    'down0\t00005A0A\t00000000\t0000\t0\t0\t0\t0000FFFF\t0\t0\t0',
+    '*\t00005B0A\t00000000\t0201\t0\t0\t0\t0000FFFF\t0\t0\t0',
   ].join('\n');
   const routes = parseRoutes(table);
   t.same(routes.map((r) => [r.iface, formatIpv4(r.base), r.prefix]), [

@@ -13,7 +13,12 @@ import type { DriverLogger } from '../drivers';
  *   node's bridges → the start is refused, naming the route and the setting to change;
  * - a wider route that holds the subnet (a 10.0.0.0/8 LAN) → a warning: the bridges' narrower
  *   routes win, but the boxes cannot reach those LAN addresses.
+ * Only the main routing table is read (/proc/net/route shows no other): a clash in a policy
+ * routing table (a VPN's) is not seen.
  */
+
+const RTF_UP = 0x1;
+const RTF_REJECT = 0x200;
 
 export interface Route {
   iface: string;
@@ -29,7 +34,11 @@ export function parseRoutes(text: string): Route[] {
     if (f.length < 8) continue;
     const dest = leHex(f[1]);
     const mask = leHex(f[7]);
+    const flags = parseInt(f[3], 16);
     if (dest === null || mask === null) continue;
+    // Only routes that are up and lead somewhere: an unreachable or blackhole route (REJECT)
+    // puts no gateway on an address, and the bridges' narrower routes win over it.
+    if (!(flags & RTF_UP) || flags & RTF_REJECT) continue;
     const prefix = mask.toString(2).replace(/0+$/, '').length;
     out.push({ iface: f[0], base: dest, prefix: mask === 0 ? 0 : prefix });
   }
