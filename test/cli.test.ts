@@ -349,7 +349,7 @@ t.test('box CLI against a real host', async (t) => {
     const p = ['-p', 'cli-nodes'];
     const ls = await ok(t, 'node', 'ls');
     t.match(ls.stdout, /^ID\s+REGION\s+STATE\s+STATUS\s+BOXES\s+CPUS\s+RAM\s+DISK\s+HEARTBEAT$/m);
-    t.match(ls.stdout, /^local\s+local\s+active\s+up\s+\d+\s+\d+\/\d+\s+\S+\s+\d+\/\d+ GB\s/m, 'storage promised of what may be');
+    t.match(ls.stdout, /^local\s+local\s+active\s+up\s+\d+\s+\d+\/\d+\s+[\d.]+ GiB\/[\d.]+ GiB\s+\d+\/\d+ GB\s/m, 'storage promised of what may be');
     const node = json(await ok(t, 'node', 'get', 'local', '--json'));
     t.match(node, { id: 'local', region: 'local', state: 'active', status: 'up', reason: null, storage: 'ok', capacity: { cpus: Number, ram_mb: Number, disk_gb: Number } });
     t.ok(Date.now() - Date.parse(node.heartbeat_at) < 30_000, 'a fresh heartbeat');
