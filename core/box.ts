@@ -7,6 +7,10 @@
 
 /** Box `status` values. `unknown` is never stored: a read shows it while the box's node is
  *  not answering (DESIGN.md says nothing of lost nodes; docs/decisions.md "Nodes"). */
+/** Where a box's agent is bound in (workers/runtime/ociSpec.ts binds its files there): no data
+ *  mount may go there, and the files API does not change it. */
+export const AGENT_DIR = '/.boxhost';
+
 export type BoxStatus = 'creating' | 'running' | 'stopping' | 'stopped' | 'resuming' | 'restoring' | 'deleting' | 'failed';
 export type ShownBoxStatus = BoxStatus | 'unknown';
 

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { DomainContext, Identity } from './context';
 import path from 'node:path';
 import { BoxhostError, invalidField } from '../core/errors';
+import { AGENT_DIR } from '../core/box';
 import type { FileList, FileStat } from '../core/apiTypes';
 import { runningBox } from './boxNode';
 
@@ -46,11 +47,9 @@ export async function readFile(ctx: DomainContext, identity: Identity, project: 
   return node.fileRead(id, checkPath(p));
 }
 
-/** Where the box's agent is bound in (docs/boxd.md): not the files API's to change, as data
- *  mounts may not go there. Only the agent's binaries are bound read-only; the directory is the
- *  box's own, so a link that leads there reaches what the box itself may change, and a write
- *  over a bound binary meets the kernel: busy (409). A guard for the caller, not a boundary. */
-const AGENT_DIR = '/.boxhost';
+/* AGENT_DIR: only the agent's binaries are bound read-only; the directory is the box's own, so
+ * a link that leads there reaches what the box itself may change, and a write over a bound
+ * binary meets the kernel: busy (409). The refusal is a guard for the caller, not a boundary. */
 
 function checkWritable(p: string): string {
   const n = path.posix.normalize(checkPath(p));

@@ -4,6 +4,7 @@ import { volumesRepo, type VolumeRow } from '../db/repos/volumes';
 import type { BoxRecord } from '../db/repos/boxes';
 import { conflict, invalidField } from '../core/errors';
 import { now } from '../core/ids';
+import { AGENT_DIR } from '../core/box';
 import { assertQuota } from './projects';
 
 /**
@@ -15,7 +16,7 @@ import { assertQuota } from './projects';
  *  themselves): the agent's own, and the kernel's filesystems the runtime mounts at each start
  *  (a bind under /proc is refused by runc, one under /dev or /sys meets the runtime's own mounts:
  *  the box could not start again). */
-const SYSTEM_PREFIXES = ['/.boxhost', '/proc', '/sys', '/dev'];
+const SYSTEM_PREFIXES = [AGENT_DIR, '/proc', '/sys', '/dev'];
 
 const sees = (identity: Identity, row: VolumeRow) => identity.projects === null || (row.project !== null && identity.projects.includes(row.project));
 

@@ -738,7 +738,8 @@ t.test('small blocks of a /20, and the layout lock', async (t) => {
   // A network of its own: /29 blocks (5 boxes each) of a /20 that also starts a /19.
   const smallTag = crypto.randomBytes(3).toString('hex');
   const smallDir = claimDir(fs.mkdtempSync(`/var/tmp/boxhost-cni-small-test-${smallTag}-`));
-  const subnet = `10.252.${32 * crypto.randomInt(8)}.0/20`;
+  // 10.255: no other network of this file routes there (a node refuses a subnet routed elsewhere).
+  const subnet = `10.255.${32 * crypto.randomInt(8)}.0/20`;
   const wider = subnet.replace('/20', '/19');
   const net = (projectPrefix?: number, boxSubnet = subnet) => new CniNetwork({ dataDir: smallDir, hostTag: smallTag, boxSubnet, projectPrefix, outbound: false, logger });
   const small = net(29);

@@ -3,7 +3,7 @@
  * on the data dir takes it over and stops it when it stops; one whose starter still runs is left
  * to it. Real redis-server processes on unix sockets in temp data dirs.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
@@ -29,18 +29,23 @@ async function until(f: () => boolean, ms = 5000): Promise<boolean> {
   return f();
 }
 
-t.test('an orphan left by a killed process is taken over and stopped', async (t) => {
+/** A redis-server on a temp data dir's embedded socket, its starter file naming `starter`. */
+async function serving(t: Test, starter: string) {
   const config = testConfig();
   t.teardown(() => fs.rmSync(config.dataDir, { recursive: true, force: true }));
   const socket = embeddedRedisSocket(config);
   fs.mkdirSync(path.dirname(socket), { recursive: true });
-  // As a host that was killed leaves it: serving, and its starter file naming a process gone.
   const server = spawn('redis-server', ['--port', '0', '--unixsocket', socket, '--save', '', '--daemonize', 'no'], { stdio: 'ignore' });
   t.teardown(() => server.kill('SIGKILL'));
-  t.ok(await until(() => pidsServing(socket).length === 1 && fs.existsSync(socket)), 'the orphan serves');
+  t.ok(await until(() => pidsServing(socket).length === 1 && fs.existsSync(socket)), 'it serves');
+  fs.writeFileSync(path.join(path.dirname(socket), 'starter'), JSON.stringify({ redis: processStamp(server.pid), starter }));
+  return { config, socket, server };
+}
+
+t.test('an orphan left by a killed process is taken over and stopped', async (t) => {
+  // As a host that was killed leaves it: serving, and its starter file naming a process gone.
+  const { config, socket, server } = await serving(t, processStamp(spawnSync('true').pid));
   const orphan = String(server.pid);
-  const gone = spawnSync('true').pid;
-  fs.writeFileSync(path.join(path.dirname(socket), 'starter'), JSON.stringify({ redis: processStamp(server.pid), starter: processStamp(gone) }));
   const redis = new EmbeddedRedis(config, log);
   await redis.start();
   t.same(pidsServing(socket), [orphan], 'reused, not started again');
@@ -49,15 +54,8 @@ t.test('an orphan left by a killed process is taken over and stopped', async (t)
 });
 
 t.test('one whose starter still runs is left to it', async (t) => {
-  const config = testConfig();
-  t.teardown(() => fs.rmSync(config.dataDir, { recursive: true, force: true }));
-  const socket = embeddedRedisSocket(config);
-  fs.mkdirSync(path.dirname(socket), { recursive: true });
   // This test process is its starter (as a host's api process is for its worker processes).
-  const child = spawn('redis-server', ['--port', '0', '--unixsocket', socket, '--save', '', '--daemonize', 'no'], { stdio: 'ignore' });
-  t.teardown(() => child.kill('SIGKILL'));
-  t.ok(await until(() => pidsServing(socket).length === 1 && fs.existsSync(socket)), 'it serves');
-  fs.writeFileSync(path.join(path.dirname(socket), 'starter'), JSON.stringify({ redis: processStamp(child.pid), starter: processStamp() }));
+  const { config, socket, server: child } = await serving(t, processStamp());
   const redis = new EmbeddedRedis(config, log);
   await redis.start();
   await redis.stop();

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { ConfigError } from '../../core/config';
-import { formatIpv4, parseIpv4 } from '../../core/netblocks';
+import { formatIpv4, parseNet } from '../../core/netblocks';
 import type { DriverLogger } from '../drivers';
 
 /**
@@ -56,9 +56,9 @@ const cidrOf = (r: { base: number; prefix: number }) => `${formatIpv4(r.base)}/$
 /** The routes that clash with `subnet` (inside it or equal), and those that hold it (wider),
  *  leaving out this node's own bridges (`ownPrefix`) and default routes. */
 export function clashes(routes: Route[], subnet: string, ownPrefix: string): { inside: Route[]; wider: Route[] } {
-  const [addr, bits] = subnet.split('/');
-  const base = parseIpv4(addr)!;
-  const prefix = Number(bits);
+  const net = parseNet(subnet, 0, 32);
+  if (typeof net === 'string') throw new Error(`subnet ${subnet} ${net}`);
+  const { base, prefix } = net;
   const blockOf = (n: number, p: number) => Math.floor(n / 2 ** (32 - p));
   const inside: Route[] = [];
   const wider: Route[] = [];
