@@ -134,6 +134,13 @@ export interface Operation {
   updated_at: string;
 }
 
+/** `GET /v1/operations`: newest first, paged like boxes. */
+export interface OperationList {
+  operations: Operation[];
+  has_more: boolean;
+  next_continuation_token: string | null;
+}
+
 export interface ExecResult {
   detached: boolean;
   exit_code: number;

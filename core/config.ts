@@ -61,6 +61,8 @@ export interface Config {
   /** The ARC cap (MB) of a zfs-fuse daemon boxhost starts (`--max-arc-size`). */
   zfsFuseArcMb: number;
   nodeTimeoutMs: number;
+  /** Days a finished operation stays readable (0: for ever; BOXHOST_OPERATIONS_KEEP_DAYS). */
+  operationsKeepDays: number;
   /** What a node offers: capacity × these (docs/security.md "Admission"). */
   overcommit: { cpu: number; ram: number; storage: number };
   /** Per-project quotas unless the project has its own (PUT /v1/projects/{project}). */
@@ -149,6 +151,7 @@ const envSchema = Joi.object({
   BOXHOST_SPAWNER: Joi.boolean().truthy('1').falsy('0').default(true),
   BOXHOST_ZFS_FUSE_ARC_MB: Joi.number().integer().min(16).max(16384).default(1024),
   BOXHOST_NODE_TIMEOUT_SECS: Joi.number().min(0.5).max(3600).default(10),
+  BOXHOST_OPERATIONS_KEEP_DAYS: Joi.number().min(0).max(36500).default(7),
   BOXHOST_CPU_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(32),
   BOXHOST_RAM_OVERCOMMIT: Joi.number().min(0.1).max(100).default(1.5),
   BOXHOST_STORAGE_OVERCOMMIT: Joi.number().min(0.1).max(1000).default(1),
@@ -248,6 +251,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, { readDotenv = 
     spawner: value.BOXHOST_SPAWNER,
     zfsFuseArcMb: value.BOXHOST_ZFS_FUSE_ARC_MB,
     nodeTimeoutMs: Math.round(value.BOXHOST_NODE_TIMEOUT_SECS * 1000),
+    operationsKeepDays: value.BOXHOST_OPERATIONS_KEEP_DAYS,
     overcommit: { cpu: value.BOXHOST_CPU_OVERCOMMIT, ram: value.BOXHOST_RAM_OVERCOMMIT, storage: value.BOXHOST_STORAGE_OVERCOMMIT },
     projectQuotas: {
       boxes: value.BOXHOST_PROJECT_MAX_BOXES,

@@ -1,8 +1,11 @@
 import type { DomainContext, Identity } from './context';
 import { OperationRow, operationsRepo, isFinished } from '../db/repos/operations';
-import { notFound, timeoutError } from '../core/errors';
-import type { Operation } from '../core/apiTypes';
-import { canSeeProject } from './access';
+import { invalidField, notFound, timeoutError } from '../core/errors';
+import type { Operation, OperationList } from '../core/apiTypes';
+import type { OperationStatus } from '../db/repos/operations';
+import { boxesRepo } from '../db/repos/boxes';
+import { assertProject, canSeeProject } from './access';
+import { DEFAULT_PAGE } from './boxList';
 
 /** A job-backed request taken: its operation, and how to read the resource it works on (null
  *  once the operation removed it). The api answers 202 with both (or waits, with `?wait`). */
@@ -11,15 +14,18 @@ export interface Accepted<T> {
   load(): Promise<T | null>;
 }
 
-/** The Operation of DESIGN.md §3. One still waiting on a node that is down says so in `error`. */
-export async function showOperation(ctx: DomainContext, r: OperationRow): Promise<Operation> {
-  let error = r.error;
-  if (!isFinished(r.status) && r.node) {
-    const down = (await ctx.nodes.downNodes([r.node])).get(r.node);
-    if (down) error = `waiting: ${down}`;
-  }
-  return { id: r.id, kind: r.kind, status: r.status, resource: r.resource, progress: r.progress, error, created_at: r.created_at, updated_at: r.updated_at };
+/** The Operations of DESIGN.md §3. One still waiting on a node that is down says so in `error`
+ *  (the nodes of a page are asked once). */
+export async function showOperations(ctx: DomainContext, rows: OperationRow[]): Promise<Operation[]> {
+  const waiting = [...new Set(rows.filter((r) => !isFinished(r.status) && r.node).map((r) => r.node!))];
+  const down = waiting.length ? await ctx.nodes.downNodes(waiting) : new Map<string, string>();
+  return rows.map((r) => {
+    const why = !isFinished(r.status) && r.node ? down.get(r.node) : undefined;
+    return { id: r.id, kind: r.kind, status: r.status, resource: r.resource, progress: r.progress, error: why ? `waiting: ${why}` : r.error, created_at: r.created_at, updated_at: r.updated_at };
+  });
 }
+
+export const showOperation = async (ctx: DomainContext, r: OperationRow): Promise<Operation> => (await showOperations(ctx, [r]))[0];
 
 /** The shape of every operation id (`newId('op')`). */
 export const OPERATION_ID_PATTERN = /^op_[a-z0-9]{1,40}$/;
@@ -42,4 +48,58 @@ export async function waitOperation(ctx: DomainContext, identity: Identity, id: 
   const row = (await ctx.queue.waitFor(id, timeoutSeconds * 1000))!;
   if (!isFinished(row.status)) throw timeoutError(`operation ${id} is still ${row.status} after ${timeoutSeconds} s`);
   return showOperation(ctx, row);
+}
+
+/** The query of `GET /v1/operations`. */
+export interface ListOperationsQuery {
+  project?: string;
+  box?: string;
+  /** Comma-separated statuses. */
+  status?: string;
+  kind?: string;
+  max_results?: number;
+  continuation_token?: string;
+}
+
+const encodeCursor = (seq: number) => Buffer.from(JSON.stringify({ before: seq })).toString('base64url');
+function decodeCursor(token: string): number {
+  try {
+    const v = JSON.parse(Buffer.from(token, 'base64url').toString()) as { before?: unknown };
+    if (Number.isInteger(v.before)) return v.before as number;
+  } catch {
+    // fall through
+  }
+  throw invalidField('continuation_token', 'is not a token this api gave out');
+}
+
+/**
+ * Operations newest first, as `lxc operation list` shows them, finished ones too while they are
+ * kept (docs/decisions.md "Operations"). A project-limited token sees its projects' operations
+ * only; host-wide ones (a base import with an unlimited token) only an unlimited token sees. A
+ * box is named within its project; its operations are found by its id and by its path, so a
+ * deleted box's show too.
+ */
+export async function listOperations(ctx: DomainContext, identity: Identity, q: ListOperationsQuery): Promise<OperationList> {
+  if (q.project) assertProject(identity, q.project, `project ${q.project}`);
+  if (q.box && !q.project) throw invalidField('box', 'needs project: a box is named within its project');
+  const limit = q.max_results || DEFAULT_PAGE;
+  let box: { id?: string; resource: string } | undefined;
+  if (q.box && q.project) box = { id: (await boxesRepo.get(ctx.db, q.project, q.box))?.id, resource: `/v1/projects/${q.project}/boxes/${q.box}` };
+  const rows = await operationsRepo.page(ctx.db, {
+    projects: identity.projects, project: q.project, box, kind: q.kind,
+    statuses: q.status ? ([...new Set(q.status.split(','))] as OperationStatus[]) : undefined,
+    beforeSeq: q.continuation_token ? decodeCursor(q.continuation_token) : undefined, limit,
+  });
+  const page = rows.slice(0, limit);
+  const hasMore = rows.length > limit;
+  return {
+    operations: await showOperations(ctx, page),
+    has_more: hasMore,
+    next_continuation_token: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
+  };
+}
+
+/** How long a finished operation stays readable (BOXHOST_OPERATIONS_KEEP_DAYS). */
+export async function pruneOperations(ctx: Pick<DomainContext, 'db'>, keepDays: number, nowMs = Date.now()): Promise<number> {
+  return operationsRepo.pruneFinished(ctx.db, new Date(nowMs - keepDays * 86_400_000).toISOString());
 }

@@ -19,6 +19,10 @@ import { guardUpgrades } from '../api/http/upgrade';
 import { MAX_WS_MESSAGE, mountSessionRoutes } from '../api/ws/sessions';
 import type { ApiContext } from '../api/context';
 import { loadAdminToken } from './adminToken';
+import { pruneOperations } from '../domain/operations';
+
+/** How often an api drops the finished operations past BOXHOST_OPERATIONS_KEEP_DAYS. */
+const OPERATIONS_PRUNE_MS = 3600_000;
 
 export interface ApiRoleOptions {
   config: Config;
@@ -71,6 +75,16 @@ export async function startApiRole(o: ApiRoleOptions): Promise<ApiRole> {
     adminTokenHash: sha256(admin.token),
     limits,
   };
+  if (config.operationsKeepDays > 0) {
+    const prune = () =>
+      pruneOperations(api, config.operationsKeepDays)
+        .then((n) => n && api.log.info({ dropped: n, keepDays: config.operationsKeepDays }, 'dropped finished operations past their keeping time'))
+        .catch((e) => api.log.warn({ err: String(e) }, 'could not drop old operations'));
+    await prune();
+    const timer = setInterval(prune, OPERATIONS_PRUNE_MS);
+    timer.unref();
+    closers.push(async () => clearInterval(timer));
+  }
   const app = express();
   app.disable('x-powered-by');
   const server = http.createServer({ highWaterMark: HTTP_BUFFER_BYTES }, app);

@@ -337,6 +337,15 @@ t.test('box CLI against a real host', async (t) => {
     const resumed = json(await ok(t, 'resume', 'web', ...p, '--wait', '--json'));
     t.match(resumed, { kind: String, status: 'succeeded' }, '--wait --json prints the finished operation');
     t.match(json(await ok(t, 'get', 'web', ...p, '--json')), { status: 'running' });
+    // The box's operations, newest first: resume, stop, create (the fork's is web2's).
+    const ops = json(await ok(t, 'op', 'ls', '--box', 'web', ...p, '--json'));
+    t.same(ops.operations.map((o: { kind: string }) => o.kind), ['box.resume', 'box.stop', 'box.create']);
+    t.equal(ops.operations[1].id, opId);
+    const opTable = await ok(t, 'op', 'ls', '--box', 'web', ...p);
+    t.match(opTable.stdout, /^ID\s+KIND\s+STATUS\s+PROGRESS\s+RESOURCE\s+CREATED\s+ERROR$/m);
+    t.match(opTable.stdout, new RegExp(`^${opId}\\s+box\\.stop\\s+succeeded\\s+100%\\s+/v1/projects/cli/boxes/web\\s`, 'm'));
+    t.equal((await ok(t, 'op', 'ls', ...p, '--pending')).stdout, 'no operations\n', 'nothing left to happen');
+    t.equal((await run('op', 'ls', '--pending', '--status', 'failed')).code, 2, 'both is a usage error');
 
     t.equal((await run('rm', 'web2', ...p, '--wait')).code, 0);
     t.equal((await run('rm', 'web', ...p, '--wait')).code, 0);

@@ -15,6 +15,7 @@ import listGrants from './grants/list';
 import getGrant from './grants/get';
 import updateGrant from './grants/update';
 import deleteGrant from './grants/delete';
+import listOperations from './operations/list';
 import getOperation from './operations/get';
 import waitOperation from './operations/wait';
 import listProjects from './projects/list';
@@ -98,7 +99,7 @@ export const routes: RouteDef[] = [
   createToken, listTokens, deleteToken,
   getAuthSettings, putAuthSettings,
   createGrant, listGrants, getGrant, updateGrant, deleteGrant,
-  getOperation, waitOperation,
+  listOperations, getOperation, waitOperation,
   listProjects, getProject, updateProject,
   createBox, listBoxes, getBox, updateBox, deleteBox, stopBox, resumeBox, execBox,
   publishBox, unpublishBox,

@@ -15,6 +15,7 @@ import * as m013 from './013_deploys';
 import * as m014 from './014_webhooks';
 import * as m015 from './015_outputs';
 import * as m016 from './016_attachment_mounted';
+import * as m017 from './017_operation_status';
 
 type Migration = { up(db: Knex): Promise<void>; down(db: Knex): Promise<void> };
 
@@ -35,6 +36,7 @@ const all: Record<string, Migration> = {
   '014_webhooks': m014,
   '015_outputs': m015,
   '016_attachment_mounted': m016,
+  '017_operation_status': m017,
 };
 
 /** Migrations are compiled into the build, listed here in order (no directory scan). */

@@ -22,6 +22,19 @@ export interface OperationRow {
   updated_at: string;
 }
 
+export interface OperationFilter {
+  /** Only these projects' operations (null: every one, host-wide ones included). */
+  projects: string[] | null;
+  project?: string;
+  /** Operations on this box: its id, or its path (a deleted box's operations name it still). */
+  box?: { id?: string; resource: string };
+  statuses?: OperationStatus[];
+  kind?: string;
+  /** Only operations older than this one (the page before). */
+  beforeSeq?: number;
+  limit: number;
+}
+
 export const isFinished = (s: OperationStatus) => s === 'succeeded' || s === 'failed';
 
 export const operationsRepo = {
@@ -47,6 +60,20 @@ export const operationsRepo = {
     db<OperationRow>('operations').where({ node }).whereIn('status', ['queued', 'running']).update({ status: 'failed', error, updated_at: now() }),
   /** The unfinished operations queued on one node. */
   unfinishedOnNode: (db: Db, node: string) => db<OperationRow>('operations').where({ node }).whereIn('status', ['queued', 'running']).orderBy('seq'),
+  /** Newest first; one more than `limit` tells whether a page follows. */
+  page(db: Db, f: OperationFilter) {
+    const q = db<OperationRow>('operations').orderBy('seq', 'desc').limit(f.limit + 1);
+    if (f.projects) q.whereIn('project', f.projects);
+    if (f.project) q.where({ project: f.project });
+    const box = f.box;
+    if (box) q.where((w) => { w.where({ resource: box.resource }); if (box.id) w.orWhere({ box_id: box.id }); });
+    if (f.statuses) q.whereIn('status', f.statuses);
+    if (f.kind) q.where({ kind: f.kind });
+    if (f.beforeSeq !== undefined) q.where('seq', '<', f.beforeSeq);
+    return q as Promise<OperationRow[]>;
+  },
+  /** Drops finished operations last changed before `before` (an ISO instant); unfinished ones stay. */
+  pruneFinished: (db: Db, before: string) => db<OperationRow>('operations').whereIn('status', ['succeeded', 'failed']).andWhere('updated_at', '<', before).delete(),
   unfinishedForBox: (db: Db, boxId: string) =>
     db<OperationRow>('operations').where({ box_id: boxId }).whereIn('status', ['queued', 'running']).orderBy('seq'),
 };

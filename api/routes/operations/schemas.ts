@@ -5,10 +5,12 @@ import { timestamp } from '../../http/schemas';
  *  domain/operations.ts knows the shape. */
 export const operationParams = Joi.object({ id: Joi.string().required().description('op_ and up to 40 lowercase letters or digits') });
 
+export const OPERATION_STATUSES = ['queued', 'running', 'succeeded', 'failed'] as const;
+
 export const operationSchema = Joi.object({
   id: Joi.string().required(),
   kind: Joi.string().required(),
-  status: Joi.string().valid('queued', 'running', 'succeeded', 'failed').required(),
+  status: Joi.string().valid(...OPERATION_STATUSES).required(),
   resource: Joi.string().required(),
   progress: Joi.number().integer().min(0).max(100).allow(null).required(),
   error: Joi.string().allow(null).required(),
