@@ -650,6 +650,42 @@ t.test('/etc/hostname and /etc/boxes-env come from the bundle; the box root is n
   fs.renameSync(path.join(spec.rootfs, 'etc.real'), path.join(spec.rootfs, 'etc'));
 });
 
+t.test("the bundle is the host root's: the box's user cannot plant a symlink for the node to write through, another project's cannot read it", async (t) => {
+  const spec = await makeBox('gamma', { environment: { SECRET: 'gamma-only' } });
+  await runtime.start(spec);
+  const bundle = runtime.bundlePath('gamma');
+  const st = fs.statSync(bundle);
+  t.same([st.uid, st.gid, st.mode & 0o777], [0, idMap.hostId, 0o750], 'root:<range> 0750');
+  const hostFile = path.join(dataDir, 'root-only');
+  fs.writeFileSync(hostFile, 'untouched', { mode: 0o600 });
+  // As an escape from the box would be: the range's first host id, on the host.
+  const as = (uid: number, script: string) => run(['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'sh', '-c', script], { allowFailure: true });
+  t.equal((await as(idMap.hostId, `cat ${bundle}/boxes-env`)).stdout, "SECRET='gamma-only'\n", 'positive control: the box\'s own user reads its bundle');
+  const plant = await as(idMap.hostId, `rm -f ${bundle}/boxes-env; ln -sf ${hostFile} ${bundle}/planted`);
+  t.not(plant.exitCode, 0, 'it cannot remove or add entries');
+  t.notOk(fs.existsSync(path.join(bundle, 'planted')));
+  const other = projectIdMap(251).hostId;
+  const peek = await as(other, `cat ${bundle}/boxes-env`);
+  t.not(peek.exitCode, 0, "another project's user cannot read it");
+  t.match(peek.stderr, /Permission denied/);
+  await runtime.stop('gamma', 5);
+  // A symlink left in the bundle by a version that gave the bundle to the box's user.
+  fs.rmSync(path.join(bundle, 'boxes-env'));
+  fs.symlinkSync(hostFile, path.join(bundle, 'boxes-env'));
+  fs.rmSync(path.join(bundle, 'hostname'));
+  fs.symlinkSync(hostFile, path.join(bundle, 'hostname'));
+  await runtime.start(spec);
+  t.equal(fs.readFileSync(hostFile, 'utf8'), 'untouched', 'the start wrote no file through the symlinks');
+  t.notOk(fs.lstatSync(path.join(bundle, 'boxes-env')).isSymbolicLink());
+  t.equal((await runtime.exec('gamma', { command: ['cat', '/etc/hostname'] })).stdout, 'host-gamma\n');
+  fs.rmSync(path.join(bundle, 'boxes-env'));
+  fs.symlinkSync(hostFile, path.join(bundle, 'boxes-env'));
+  await runtime.writeEnvironment('gamma', { X: '1' });
+  t.equal(fs.readFileSync(hostFile, 'utf8'), 'untouched', 'nor did a rewrite of the environment');
+  t.equal(fs.readFileSync(path.join(bundle, 'boxes-env'), 'utf8'), "X='1'\n");
+  await runtime.remove('gamma');
+});
+
 t.test('data volume mounts', async (t) => {
   const vol = path.join(dataDir, 'vol');
   fs.mkdirSync(vol);

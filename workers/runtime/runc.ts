@@ -274,15 +274,17 @@ export class RuncRuntime implements RuntimeDriver {
     await Promise.all([
       writeJsonAtomic(path.join(bundle, 'config.json'), config),
       writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
-      fs.promises.writeFile(path.join(bundle, 'hostname'), `${spec.hostname}\n`, { mode: 0o644 }),
-      fs.promises.writeFile(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment), { mode: 0o644 }),
+      writeFileNoFollow(path.join(bundle, 'hostname'), `${spec.hostname}\n`),
+      writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment)),
       // Earlier versions gave PID 1 this file for stdio, without bound.
       fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
       fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
       // Root in the box (the container init, as it mounts) walks to the bundle's files: the
-      // bundle is its own, and nobody else's; the paths down to it and to the root are opened
-      // for traversal only.
-      idMap ? fs.promises.chown(bundle, idMap.hostId, idMap.hostId) : null,
+      // bundle is the host root's, readable by the box's group only (root:<range> 0750), so the
+      // box's user reaches it and nobody else's does, and cannot put anything in it (a symlink
+      // in place of a file the node writes would have the node write where it points); the
+      // paths down to it and to the root are opened for traversal only.
+      idMap ? fs.promises.chown(bundle, 0, idMap.hostId).then(() => fs.promises.chmod(bundle, 0o750)) : null,
       idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle]) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
@@ -502,7 +504,7 @@ export class RuncRuntime implements RuntimeDriver {
     await fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 });
     await writeJsonAtomic(path.join(bundle, 'environment.json'), environment);
     // Written in place, not renamed over: a running box's bind mount holds this very inode.
-    await fs.promises.writeFile(path.join(bundle, 'boxes-env'), renderBoxesEnv(environment), { mode: 0o644 });
+    await writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(environment));
   }
 
   // ---------------------------------------------------------------- exec
@@ -527,6 +529,30 @@ function normalizeStatus(s: string): ContainerStatus {
       return 'running';
     default:
       return 'stopped';
+  }
+}
+
+/**
+ * Writes `file` in place (0644), never through a symlink: one found there (left in a bundle by
+ * a version that gave the bundle to the box's user) is removed and the file made anew.
+ */
+async function writeFileNoFollow(file: string, data: string): Promise<void> {
+  const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW;
+  let fh: fs.promises.FileHandle;
+  try {
+    fh = await fs.promises.open(file, flags, 0o644);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ELOOP') throw e;
+    await fs.promises.unlink(file);
+    fh = await fs.promises.open(file, flags | fs.constants.O_EXCL, 0o644);
+  }
+  try {
+    // Not the box user's to change (an earlier version's bundle was theirs).
+    await fh.chown(0, 0);
+    await fh.chmod(0o644);
+    await fh.writeFile(data);
+  } finally {
+    await fh.close();
   }
 }
 
