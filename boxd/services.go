@@ -89,7 +89,7 @@ func (sp *ServiceSpec) check() *Failure {
 	}
 	for k, v := range sp.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return failf("input", "env", "environment names must be non-empty without '=' or NUL")
+			return failf("input", "env", "environment entries are NAME=value: a name non-empty without '=' or NUL, a value without NUL")
 		}
 	}
 	switch sp.Restart {

@@ -309,6 +309,8 @@ t.test('boxes', async (t) => {
       [{ name: 'x1', environment: { '1A': 'x' } }, 400, 'environment.1A'],
       [{ name: 'x1', environment: { 'A=B': 'x' } }, 400, 'environment.A=B'],
       [{ name: 'x1', environment: { 'A B': 'x' } }, 400, 'environment.A B'],
+      // As are values no process environment can hold.
+      [{ name: 'x1', environment: { A: 'x\u0000y' } }, 400, 'environment.A'],
       // Tag names the list filter (tag=a,b=1) could never match.
       [{ name: 'x1', tags: { 'a,b': '1' } }, 400, 'tags.a,b'],
       [{ name: 'x1', tags: { 'c=d': '1' } }, 400, 'tags.c=d'],
@@ -330,6 +332,8 @@ t.test('boxes', async (t) => {
       ['POST', `${P}/alpha/boxes/web/resume`, { bogus: 1 }, 'bogus'],
       ['POST', `${P}/alpha/boxes/web/exec`, { command: ['true'], env: { '1X': '1' } }, 'env.1X'],
       ['POST', `${P}/alpha/boxes/web/services`, { name: 'svc', command: ['sleep', '9'], env: { 'A-B': '1' } }, 'env.A-B'],
+      ['POST', `${P}/alpha/boxes/web/exec`, { command: ['true'], env: { X: 'a\u0000b' } }, 'env.X'],
+      ['POST', `${P}/alpha/boxes/web/services`, { name: 'svc', command: ['sleep', '9'], env: { X: '\u0000' } }, 'env.X'],
       ['PUT', `${P}/alpha/boxes/web`, { tags: { 'x,y': '1' } }, 'tags.x,y'],
     ];
     for (const [method, path, body, field] of typed) {
@@ -337,6 +341,14 @@ t.test('boxes', async (t) => {
       t.equal(r.status, 400, `${method} ${path} ${JSON.stringify(body)} → 400`);
       t.match(r.body, { error: { code: 'invalid_argument', details: [{ field }] } });
     }
+    // A key __proto__ (JSON.parse makes it an own key; a spread of the object would take it as
+    // the prototype) is refused wherever it is, not passed over.
+    for (const raw of ['{"name":"x1","__proto__":{"a":1}}', '{"name":"x1","tags":{"__proto__":"x"}}', '{"name":"x1","config":{"__proto__":{"cpus":64}}}']) {
+      const r = await host.call('POST', `${P}/alpha/boxes`, { raw });
+      t.equal(r.status, 400, raw);
+      t.match(r.body, { error: { code: 'invalid_argument', details: [{ field: 'body', issue: 'holds a key named __proto__' }] } });
+    }
+    t.equal((await host.call('GET', `${P}/alpha/boxes/x1`)).status, 404, 'no box x1 was made by any refused call');
     const webAfter = (await host.call('GET', `${P}/alpha/boxes/web`)).body;
     t.same([webAfter.status, webAfter.publishes, webAfter.config, webAfter.termination_grace_period_seconds], [webBefore.status, webBefore.publishes, webBefore.config, webBefore.termination_grace_period_seconds], 'the refused calls changed nothing');
     // A query whose percent-encoding is broken is refused, not taken as its raw text.

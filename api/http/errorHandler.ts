@@ -23,6 +23,12 @@ export class NotUnicodeError extends Error {
   override name = 'NotUnicodeError';
 }
 
+/** A JSON body with a key `__proto__`, which no field takes: an object spread from it would
+ *  change its prototype instead of holding the key. Recognised by its class, as above. */
+export class ProtoKeyError extends Error {
+  override name = 'ProtoKeyError';
+}
+
 export const httpStatusOf = (e: BoxhostError) => (e instanceof StatusError ? e.httpStatus : statusOf(e.code));
 
 /** Content codings the JSON parser undoes (body-parser's list). */
@@ -41,6 +47,7 @@ function clientError(e: any): BoxhostError | undefined {
   if (status === undefined || status < 400 || status >= 500) return undefined;
   switch (e.type) {
     case 'entity.parse.failed':
+      if (e instanceof ProtoKeyError) return invalid('the body holds a key named "__proto__", which no field takes', [{ field: 'body', issue: 'holds a key named __proto__' }]);
       if (e instanceof NotUnicodeError) return invalid('the body holds a string that is not valid Unicode (a lone surrogate)', [{ field: 'body', issue: 'is not valid Unicode' }]);
       return invalid(`the body is not valid JSON: ${e.message}`, [{ field: 'body', issue: 'not valid JSON' }]);
     case 'entity.too.large':

@@ -6,7 +6,7 @@ import type { ApiContext } from '../context';
 import type { Identity } from '../../domain/context';
 import { authenticate } from '../../domain/tokens';
 import { BoxhostError, forbidden, invalid, notFound, unauthenticated } from '../../core/errors';
-import { NotUnicodeError, StatusError } from './errorHandler';
+import { NotUnicodeError, ProtoKeyError, StatusError } from './errorHandler';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
@@ -129,7 +129,7 @@ const parseYamlBody: express.RequestHandler = (req, _res, next) => {
     req.body = value ?? {};
     next();
   } catch (e) {
-    next(e instanceof StatusError || e instanceof NotUnicodeError || e instanceof BoxhostError ? e : invalid(`the body is not valid YAML: ${(e as Error).message.split('\n')[0]}`, [{ field: 'body', issue: 'is not valid YAML' }]));
+    next(e instanceof StatusError || e instanceof NotUnicodeError || e instanceof ProtoKeyError || e instanceof BoxhostError ? e : invalid(`the body is not valid YAML: ${(e as Error).message.split('\n')[0]}`, [{ field: 'body', issue: 'is not valid YAML' }]));
   }
 };
 
@@ -160,6 +160,7 @@ function verifyUtf8(_req: unknown, _res: unknown, buf: Buffer): void {
  *  the database either, so it is refused like invalid UTF-8. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 function wellFormed(key: string, value: unknown): unknown {
+  if (key === '__proto__') throw new ProtoKeyError('a key named __proto__');
   if (LONE_SURROGATE.test(key) || (typeof value === 'string' && LONE_SURROGATE.test(value))) {
     throw new NotUnicodeError('a string is not valid Unicode');
   }

@@ -18,11 +18,12 @@ export const stringMap = () => Joi.object().pattern(/^[\s\S]{1,256}$/, Joi.strin
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,255}$/;
 
 /** Environment maps (a box's `environment`, an exec's or a service's `env`): keys are variable
- *  names, refused at the request (400 naming `environment.<key>`), not by the job that would
- *  start the box with them. */
+ *  names and values hold no NUL, refused at the request (400 naming `environment.<key>`), not
+ *  by the job that would start the box with them. */
 export const envMap = () =>
   Joi.object()
-    .pattern(ENV_KEY, Joi.string().allow('').max(65536))
+    // A process environment cannot hold a NUL: refused here, not by the start that needs it.
+    .pattern(ENV_KEY, Joi.string().allow('').max(65536).pattern(/^[^\0]*$/).messages({ 'string.pattern.base': 'must not contain a NUL character (no process environment can hold one)' }))
     .messages({ 'object.unknown': 'is not a variable name (letters, digits and _, not starting with a digit; at most 256)' });
 
 /** Tags: any text but the list filter's separators (`tag=a,b=1`), or no filter could match them. */
