@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { Command, CommanderError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ApiError, clientVersion, configPath, ConnectionError, UsageError } from './client';
 import { printError } from './output';
 import * as meta from './commands/meta';
@@ -64,6 +64,11 @@ export function reportError(e: unknown, argv: string[] = []): number {
   if (jsonAsked(argv) && (e instanceof ApiError || e instanceof ConnectionError)) {
     const error = e instanceof ApiError ? { code: e.code, message: e.message, details: e.details } : { code: 'unavailable', message: e.message, details: [] };
     process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+  }
+  // An argument an action parsed itself (int(…)(value) in an action): commander never saw it.
+  if (e instanceof InvalidArgumentError) {
+    printError({ message: e.message, hint: '(add --help for usage)' });
+    return 2;
   }
   if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2; // commander printed it already
   if (e instanceof UsageError) {

@@ -17,6 +17,10 @@ import { assertQuota } from './projects';
  *  (a bind under /proc is refused by runc, one under /dev or /sys meets the runtime's own mounts:
  *  the box could not start again). */
 const SYSTEM_PREFIXES = [AGENT_DIR, '/proc', '/sys', '/dev'];
+/** The files the runtime binds in at each start (workers/runtime/runc.ts): a volume there (or
+ *  under one, as if it were a directory) meets a file where it needs a directory, and the box
+ *  could not start again. */
+const RUNTIME_FILES = ['/etc/hostname', '/etc/boxes-env'];
 
 const sees = (identity: Identity, row: VolumeRow) => identity.projects === null || (row.project !== null && identity.projects.includes(row.project));
 
@@ -47,6 +51,7 @@ export async function volumesOf(ctx: Pick<DomainContext, 'db'>, identity: Identi
 /** A mount path as the box will see it (normalised by the schema): none inside the agent's. */
 function checkMountPath(path: string, field: string): void {
   if (SYSTEM_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) throw invalidField(field, `must not be under ${SYSTEM_PREFIXES.join(', ')} (the box agent's and the kernel's filesystems)`);
+  if (RUNTIME_FILES.some((p) => path === p || path.startsWith(`${p}/`))) throw invalidField(field, `must not be ${RUNTIME_FILES.join(' or ')} (files the runtime puts in every box at its start)`);
 }
 
 /** Whether `a` and `b` are the same path or one is inside the other. */

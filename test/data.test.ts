@@ -83,7 +83,7 @@ t.test('data volumes on real boxes', async (t) => {
 
   t.test('attach: the forbidden path table, read_only, next start, detach', async (t) => {
     t.equal((await call('POST', '/v1/data', { name: 'vol-b', size_gb: 1 })).status, 201);
-    for (const p of ['/', '/proc', '/sys', '/dev', '/run', '/etc', '/volumes', '/home', '/box', '/etc/', '/./etc', '/home/../etc', '//proc', 'data', '', '/.boxhost', '/.boxhost/x', '/proc/x', '/sys/fs/x', '/dev/shm', '/dev/x/y']) {
+    for (const p of ['/', '/proc', '/sys', '/dev', '/run', '/etc', '/volumes', '/home', '/box', '/etc/', '/./etc', '/home/../etc', '//proc', 'data', '', '/.boxhost', '/.boxhost/x', '/proc/x', '/sys/fs/x', '/dev/shm', '/dev/x/y', '/etc/hostname', '/srv/x/../../etc/hostname', '/etc/boxes-env', '/etc/hostname/x']) {
       const r = await call('POST', '/v1/data/vol-b/attach', { project: 'vol', box: 'w', path: p });
       t.equal(r.status, 400, `400 for ${JSON.stringify(p)}: ${r.text.slice(0, 120)}`);
       t.equal(r.body.error.code, 'invalid_argument');

@@ -365,6 +365,14 @@ t.test('packs on a real host', async (t) => {
     const events = await box('events', '--verb', 'put', '--json');
     t.equal(JSON.parse(events.stdout).events[0].who !== undefined, true);
     t.equal(JSON.parse(events.stdout).events.length, 3);
+    // Page by page, as told: the three, one at a time, newest first.
+    const all = JSON.parse(events.stdout).events.map((e: { id: string }) => e.id);
+    const first = await box('events', '--verb', 'put', '-n', '1');
+    const token = /more events: add --continuation-token (\S+)/.exec(first.stderr)?.[1];
+    t.ok(token, `the table says how to ask for more: ${first.stderr}`);
+    const second = JSON.parse((await box('events', '--verb', 'put', '-n', '1', '--continuation-token', token ?? '', '--json')).stdout);
+    t.same(second.events.map((e: { id: string }) => e.id), [all[1]]);
+    t.equal(second.has_more, true);
   });
 
   t.test('clean-up: the pack goes once its instances have', async (t) => {

@@ -42,7 +42,7 @@ export function register(program: Command): void {
 
   program
     .command('openapi')
-    .description('print the API description, an OpenAPI 3.1 document (GET /openapi.json)')
+    .description('list the API\'s routes, one per line (GET /openapi.json); --json prints the whole OpenAPI 3.1 document')
     .action(
       action(async (ctx) => {
         const { body } = await ctx.client.get<{ paths: Record<string, Record<string, { summary?: string }>> }>('/openapi.json');

@@ -5,7 +5,7 @@ import type { BaseBuild, BaseBuildStart, BoxEvent, EventList, Pack, PackEvent, P
 import { OperationFailed, pollOperation } from '../jobs';
 import { apiPath, UsageError } from '../client';
 import { action, Ctx, int, keyValue, projectOption } from '../context';
-import { formatTime, printFields, printTable, say } from '../output';
+import { formatTime, note, printFields, printTable, say } from '../output';
 
 /** A manifest file: JSON, or YAML (the api takes both; the CLI sends JSON). */
 function readManifest(file: string): PackManifest {
@@ -88,14 +88,16 @@ export function register(program: Command): void {
     .option('--verb <verb>', 'only this verb')
     .option('--outcome <outcome>', 'success, failure or error')
     .option('--since <time>', 'only events at or after this instant (RFC 3339)')
-    .option('-n, --max <n>', 'at most this many (server default 100)', int(1))
+    .option('-n, --max <n>', 'at most this many (server default 100, at most 1000)', int(1, 1000))
+    .option('--continuation-token <token>', 'the next (older) page, as told by the previous one')
     .option('-f, --follow', 'follow the event stream instead (verb runs and box lifecycle events as they happen; Ctrl-C ends it)')
-    .action(action<{ project?: string; box?: string; pack?: string; verb?: string; outcome?: string; since?: string; max?: number; follow?: boolean }>(async (ctx, _args, o) => {
+    .action(action<{ project?: string; box?: string; pack?: string; verb?: string; outcome?: string; since?: string; max?: number; continuationToken?: string; follow?: boolean }>(async (ctx, _args, o) => {
       if (o.follow) return followStream(ctx, { project: o.project, box: o.box, pack: o.pack, verb: o.verb, outcome: o.outcome });
       const q = new URLSearchParams();
-      for (const [k, v] of Object.entries({ project: o.project, box: o.box, pack: o.pack, verb: o.verb, outcome: o.outcome, since: o.since, max_results: o.max })) if (v !== undefined) q.set(k, String(v));
+      for (const [k, v] of Object.entries({ project: o.project, box: o.box, pack: o.pack, verb: o.verb, outcome: o.outcome, since: o.since, max_results: o.max, continuation_token: o.continuationToken })) if (v !== undefined) q.set(k, String(v));
       const page = (await ctx.client.get<EventList>(`/v1/events${q.size ? `?${q}` : ''}`)).body;
       ctx.show(page, () => showEvents(page.events));
+      if (page.has_more && page.next_continuation_token) note(`more events: add --continuation-token ${page.next_continuation_token}`);
     }));
 }
 

@@ -188,7 +188,7 @@ export function register(program: Command): void {
   publishFlags(projectOption(program.command('publish <box> <port>').description('publish a port of a box as a URL: box publish web 8080 --name site')), 'p<port>')
     .action(
       action<PublishFlags>(async (ctx, [box, port], o) => {
-        const r = await ctx.client.request<Publish>('POST', `${boxPath(ctx, o.project, box)}/publish`, { body: { port: int(1, 65535)(port), ...publishBody(o) } });
+        const r = await ctx.client.request<Publish>('POST', `${boxPath(ctx, o.project, box)}/publish`, { body: { port: portArg(port), ...publishBody(o) } });
         ctx.show(r.body, showPublish);
       }),
     );
@@ -206,10 +206,21 @@ export function register(program: Command): void {
       const all = b.publishes ?? [];
       const pick = publish ? all.find((p) => p.name === publish) : all.length === 1 ? all[0] : undefined;
       if (!pick) {
-        if (!all.length) throw new UsageError(`box ${box} publishes nothing: box publish ${box} <port>`);
-        throw new UsageError(publish ? `box ${box} has no publish ${publish} (it has ${all.map((p) => p.name).join(', ')})` : `box ${box} has several publishes: name one of ${all.map((p) => p.name).join(', ')}`);
+        // Nothing to open is a lookup that failed (exit 1); several to choose from, a usage error (2).
+        if (!all.length) throw new Error(`box ${box} publishes nothing: box publish ${box} <port>`);
+        if (publish) throw new Error(`box ${box} has no publish ${publish} (it has ${all.map((p) => p.name).join(', ')})`);
+        throw new UsageError(`box ${box} has several publishes: name one of ${all.map((p) => p.name).join(', ')}`);
       }
       ctx.show(pick, (p) => say(p.url));
     }),
   );
+}
+
+/** The PORT argument of `box publish` (commander parses options, not this argument). */
+function portArg(port: string): number {
+  try {
+    return int(1, 65535)(port);
+  } catch (e) {
+    throw new UsageError(`port ${JSON.stringify(port)} ${(e as Error).message}`);
+  }
 }
