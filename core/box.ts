@@ -113,6 +113,12 @@ export interface IdMap {
  *  (docs/decisions.md "Exec"). */
 export const MAX_STOP_GRACE_SECS = 300;
 
+/** An exec's timeout when none is asked (DESIGN.md §4). */
+export const DEFAULT_EXEC_TIMEOUT_SECS = 300;
+/** An exec holds a request, a process and its output buffers for as long as it runs: an hour is
+ *  the most one call may ask for (docs/decisions.md "Exec"). */
+export const MAX_EXEC_TIMEOUT_SECS = 3600;
+
 export const ID_RANGE_BASE = 1_000_000;
 export const ID_RANGE_SIZE = 65_536;
 export const projectIdMap = (projectIndex: number): IdMap => ({ hostId: ID_RANGE_BASE + projectIndex * ID_RANGE_SIZE, size: ID_RANGE_SIZE });

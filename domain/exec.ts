@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import type IORedis from 'ioredis';
 import type { DomainContext, Identity } from './context';
 import { BoxhostError, conflict } from '../core/errors';
-import { canExec } from '../core/box';
+import { canExec, DEFAULT_EXEC_TIMEOUT_SECS } from '../core/box';
 import type { Config } from '../core/config';
 import type { ExecResult } from '../core/apiTypes';
 import { loadBox } from './boxes';
@@ -18,10 +18,7 @@ export interface ExecRequest {
   timeout_secs?: number;
 }
 
-export const DEFAULT_EXEC_TIMEOUT_SECS = 300;
-/** An exec holds a request, a process and its output buffers for as long as it runs: an hour is
- *  the most one call may ask for (docs/decisions.md "Exec"). */
-export const MAX_EXEC_TIMEOUT_SECS = 3600;
+export { DEFAULT_EXEC_TIMEOUT_SECS, MAX_EXEC_TIMEOUT_SECS } from '../core/box';
 
 /** How long a caller over an exec cap is told to wait: a slot frees whenever any exec ends. */
 const EXEC_RETRY_AFTER_S = 1;

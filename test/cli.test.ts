@@ -310,6 +310,19 @@ t.test('box CLI against a real host', async (t) => {
     t.equal(sh.code, 0, sh.stderr);
     t.equal(sh.stdout, '1\n/tmp\n');
     t.match(json(await run('exec', 'web', ...p, '--json', '--', 'true')), { exit_code: 0, detached: false });
+    const slow = await run('exec', 'web', ...p, '--timeout', '1', '--', 'sh', '-c', 'echo started; sleep 5');
+    t.equal(slow.code, 124);
+    t.equal(slow.stdout, 'started\n');
+    t.match(slow.stderr, /^box: the command was stopped after its timeout of 1 s \(--timeout to change it\)$/m, 'a timeout says so');
+    const badPort = await run('publish', 'web', 'abc', ...p);
+    t.equal(badPort.code, 2, 'a bad port is a usage error');
+    t.match(badPort.stderr, /^error: port "abc" must be an integer/m, 'and says so (it printed nothing)');
+    const noPublish = await run('open', 'web', 'zz', ...p);
+    t.equal(noPublish.code, 1, 'a publish that is not there is not a usage error');
+    t.match(noPublish.stderr, /^error: box web publishes nothing/m);
+    const own = await run('exec', 'web', ...p, '--', 'sh', '-c', 'exit 124');
+    t.equal(own.code, 124);
+    t.equal(own.stderr, '', "the command's own 124 is not called a timeout");
 
     const upd = json(await ok(t, 'update', 'web', ...p, '--tag', 'tier=back', '--tag', 'team=a', '--grace-period', '5', '--json'));
     t.same(upd.tags, { tier: 'back', team: 'a' });

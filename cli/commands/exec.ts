@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { DEFAULT_EXEC_TIMEOUT_SECS, MAX_EXEC_TIMEOUT_SECS } from '../../core/box';
 import type { ExecResult } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, keyValue, projectOption } from '../context';
@@ -47,8 +48,11 @@ function registerExec(program: Command): void {
     .option('-t, --tty', 'allocate a pseudo-terminal (with -i: this terminal, raw, resized with the window)')
     .option('--shell', 'run the command words joined by spaces under /bin/sh -c')
     .option('--no-hup', 'start the command detached and return at once with its pid (with -i: it keeps running when box exits or the connection drops)')
-    .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300)', int(1))
-    .addHelpText('after', '\nThe command\'s stdout and stderr are printed as they are, and box exits with its exit code.\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh')
+    .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300, at most 3600)', int(1, MAX_EXEC_TIMEOUT_SECS))
+    .addHelpText(
+      'after',
+      "\nbox exits with the command's exit code. Without -i the output comes back when the command ends, as text\n(bytes that are not UTF-8 are replaced); with -i it streams as it comes, byte for byte (box exec -i web -- tar c /srv > srv.tar).\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh",
+    )
     .action(
       action<ExecOptions>(async (ctx, [name, command], o) => {
         if (o.interactive) {
@@ -64,6 +68,7 @@ function registerExec(program: Command): void {
           ctx.exit((await attach(session, Boolean(o.tty))) & 0xff);
           return;
         }
+        const started = Date.now();
         const { body } = await ctx.client.post<ExecResult>(`${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec`, {
           command,
           cwd: o.cwd,
@@ -80,6 +85,9 @@ function registerExec(program: Command): void {
           process.stdout.write(body.stdout ?? '');
           process.stderr.write(body.stderr ?? '');
           if (body.truncated) note('box: the output was truncated by the server');
+          // 124 after the whole timeout: the server stopped it (a command's own 124 comes sooner).
+          const timeout = o.timeout ?? DEFAULT_EXEC_TIMEOUT_SECS;
+          if (body.exit_code === 124 && Date.now() - started >= timeout * 1000 - 500) note(`box: the command was stopped after its timeout of ${timeout} s (--timeout to change it)`);
         }
         ctx.exit(body.detached || body.exit_code < 0 ? 0 : body.exit_code & 0xff);
       }),
