@@ -22,6 +22,10 @@ func NewReaper() *Reaper {
 }
 
 // Start runs start (which forks) and registers the child's pid; the channel gets its status.
+// childOOMScoreAdj is every process boxd starts (execs, services, the main process); boxd keeps
+// the box's own value (workers/runtime/ociSpec.ts BOX_OOM_SCORE_ADJ, 800).
+const childOOMScoreAdj = "1000"
+
 func (r *Reaper) Start(start func() (int, error)) (int, <-chan syscall.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -29,6 +33,10 @@ func (r *Reaper) Start(start func() (int, error)) (int, <-chan syscall.WaitStatu
 	if err != nil {
 		return 0, nil, err
 	}
+	// A likelier OOM victim than boxd itself: a box short of memory (a fork bomb in a small box)
+	// loses one of its processes, not its PID 1. Raising is allowed unprivileged; the pid is
+	// still this child's (reaping waits for the lock held here).
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(childOOMScoreAdj), 0)
 	ch := make(chan syscall.WaitStatus, 1)
 	r.waiters[pid] = ch
 	return pid, ch, nil

@@ -10,7 +10,7 @@ import { shiftTree } from '../workers/bases/idShift';
 import type { ContainerSpec } from '../workers/drivers';
 import { BoxNotRunningError } from '../workers/errors';
 import { applyResourceParts, resourceParts, runcUpdateArgs } from '../workers/runtime/limits';
-import { BOX_OOM_SCORE_ADJ, buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
+import { BOX_CHILD_OOM_SCORE_ADJ, BOX_OOM_SCORE_ADJ, buildOciSpec, DEFAULT_CAPABILITIES } from '../workers/runtime/ociSpec';
 import { EXEC_OUTPUT_CAP_BYTES, ExecInputError, renderBoxesEnv, RuncRuntime } from '../workers/runtime/runc';
 import { claimDir } from './helpers/owner';
 
@@ -218,7 +218,8 @@ t.test('a box runs', async (t) => {
     t.equal((await ex(['id', '-u'], { user: '1234:1234' })).stdout, '1234\n', '--user takes box ids');
     await t.rejects(ex(['id'], { user: '70000:70000' }), ExecInputError, 'an id past the range is refused');
     t.equal(fs.readFileSync(`/proc/${pid1}/oom_score_adj`, 'utf8').trim(), String(BOX_OOM_SCORE_ADJ), "PID 1's OOM score");
-    t.equal((await ex(['cat', '/proc/self/oom_score_adj'])).stdout.trim(), String(BOX_OOM_SCORE_ADJ), "an exec'd process's OOM score");
+    t.equal((await ex(['cat', '/proc/self/oom_score_adj'])).stdout.trim(), String(BOX_CHILD_OOM_SCORE_ADJ), "an exec'd process's OOM score: above PID 1's, so a box short of memory loses it, not boxd");
+    t.equal((await ex(['cat', '/proc/self/oom_score_adj'], { user: 'box' })).stdout.trim(), String(BOX_CHILD_OOM_SCORE_ADJ), "a box user's process's too");
   });
 
   t.test('/etc/boxes-env and environment', async (t) => {

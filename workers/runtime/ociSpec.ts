@@ -34,6 +34,9 @@ export const DEFAULT_CAPABILITIES = [
 /** Every box process (PID 1 and each exec, which runc gives the container's value) is a
  *  likelier OOM victim than the platform's own processes (zfs-fuse, redis, the node: ≤ 0). */
 export const BOX_OOM_SCORE_ADJ = 800;
+/** What boxd gives every process it starts (boxd/reaper.go): a box short of memory loses one
+ *  of its processes before its PID 1. */
+export const BOX_CHILD_OOM_SCORE_ADJ = 1000;
 
 /** Docker's masked and read-only /proc and /sys paths. */
 export const MASKED_PATHS = [
