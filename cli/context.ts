@@ -1,5 +1,6 @@
+import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
-import { Client, resolveEndpoint } from './client';
+import { Client, resolveEndpoint, UsageError } from './client';
 import { printJson } from './output';
 
 /** Options of the program itself, valid before or after any subcommand. */
@@ -97,3 +98,13 @@ export function defined<T extends Record<string, unknown>>(o: T): Partial<T> | u
 
 /** The project option every box command takes. */
 export const projectOption = (cmd: Command) => cmd.option('-p, --project <project>', 'project (default: $BOXHOST_PROJECT or "default")');
+
+/** A local path's stat, or an error naming the path in plain words (not the fs error's text). */
+export function localStat(file: string): fs.Stats {
+  try {
+    return fs.statSync(file);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new UsageError(code === 'ENOENT' ? `no such local file or directory: ${file}` : `cannot read ${file} (${code})`);
+  }
+}

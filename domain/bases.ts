@@ -13,6 +13,7 @@ import { unmadeRecipes } from './recipeBases';
 import { recipeNamed } from '../core/recipeBases';
 import { loadBox, pendingActions } from './boxes';
 import type { Accepted } from './operations';
+import { assertProject } from './access';
 
 /**
  * Bases (docs/bases.md): the built-in ones every node makes, those saved from a box (owned by
@@ -122,6 +123,22 @@ export const buildVersion = (parent: string, parentVersion: string | null, scrip
 
 export interface ImportRequest extends BaseProvenance {
   name: string;
+  /** The project whose base it is; absent: a project-limited token's first project, or with a
+   *  token without a limit every project's. */
+  project?: string;
+}
+
+/**
+ * Who an import belongs to. A project-limited token's import is its project's, as a save is:
+ * one every project shared would let one project put its files under a name (`python`) others
+ * create boxes from. Only a token without a limit makes an everyone's base.
+ */
+function importOwner(identity: Identity, project: string | undefined): string | null {
+  if (project !== undefined) {
+    assertProject(identity, project, `project ${project}`);
+    return project;
+  }
+  return identity.projects === null ? null : identity.projects[0] ?? null;
 }
 
 /**
@@ -131,9 +148,10 @@ export interface ImportRequest extends BaseProvenance {
  * importing the same bytes again gives the same version (the job then only drops the upload).
  */
 export async function importBase(ctx: DomainContext, identity: Identity, req: ImportRequest, data: Readable): Promise<Accepted<Base>> {
-  await assertNameFree(ctx.db, identity, req.name, null);
+  const owner = importOwner(identity, req.project);
+  await assertNameFree(ctx.db, identity, req.name, owner);
   // Before the upload is read (a second check below counts what came meanwhile).
-  await assertRoomForBase(ctx.db, ctx.config.basesPerProject, null);
+  await assertRoomForBase(ctx.db, ctx.config.basesPerProject, owner);
   const existing = await basesRepo.anyOf(ctx.db, req.name);
   // A name's versions stay together on one node when they can (its first one's).
   const nodeId = existing?.node && !(await ctx.nodes.downNodes([existing.node])).has(existing.node)
@@ -146,15 +164,15 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
     const operation = await ctx.db.transaction(async (trx) => {
       // Again, now that the upload is in: a project may have saved under the name meanwhile.
       await basesRepo.lockName(trx, req.name);
-      await assertNameFree(trx, identity, req.name, null);
+      await assertNameFree(trx, identity, req.name, owner);
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
-        await assertRoomForBase(trx, ctx.config.basesPerProject, null);
-        await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: null, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
+        await assertRoomForBase(trx, ctx.config.basesPerProject, owner);
+        await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: owner, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
       }
       return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
         // A project-limited importer follows its operation through one of its projects.
-        resource: basePath(req.name, version), node: nodeId, project: identity.projects?.[0], createdBy: identity.name,
+        resource: basePath(req.name, version), node: nodeId, project: owner ?? identity.projects?.[0], createdBy: identity.name,
       });
     });
     return { operation, load: loader(ctx, req.name, version) };

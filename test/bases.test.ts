@@ -121,16 +121,27 @@ t.test('bases on a real host', async (t) => {
     const admin = await call('POST', '/v1/projects/bq/boxes', { name: 'x', base: 'web' });
     t.equal(admin.status, 400, 'not even with a token that reaches both: it seeds only its own project');
     t.equal((await as('POST', '/v1/projects/bq/bases', { box: 'src', name: 'web' })).status, 404, 'no box src in bq');
-    // A project-limited token may import a new name, and follow its operation, but not add a
-    // version to a name every project shares.
+    // A project-limited token's import is its project's, as a save is: never every project's
+    // (one project would put its files under a name others make boxes from).
     const mine = await host.call('POST', '/v1/bases/import?name=bq-own&wait=60', { raw: archive([{ path: 'etc/x', body: 'bq' }]), contentType: 'application/x-tar', token: other });
     t.equal(mine.status, 200, mine.text);
+    t.match(mine.body, { name: 'bq-own', origin: 'imported', project: 'bq' });
     const opId = mine.headers.get('operation-id');
     t.equal((await as('GET', `/v1/operations/${opId}`)).status, 200, 'its operation is visible to it');
-    const more = await host.call('POST', '/v1/bases/import?name=bq-own', { raw: archive([{ path: 'etc/x', body: 'two' }]), contentType: 'application/x-tar', token: other });
-    t.equal(more.status, 403, more.text);
-    t.equal((await as('DELETE', '/v1/bases/bq-own')).status, 403);
-    t.equal((await call('DELETE', '/v1/bases/bq-own')).status, 204);
+    const seeds = await call('POST', `${P}?wait=60`, { name: 'from-bq', base: 'bq-own' });
+    t.equal(seeds.status, 400, 'it seeds no box of another project');
+    t.equal(seeds.body.error.details[0].field, 'base');
+    const more = await host.call('POST', '/v1/bases/import?name=bq-own&wait=60', { raw: archive([{ path: 'etc/x', body: 'two' }]), contentType: 'application/x-tar', token: other });
+    t.equal(more.status, 200, `its project adds versions to its own name: ${more.text}`);
+    const elsewhere = await host.call('POST', '/v1/bases/import?name=bq-else&project=bp', { raw: archive([{ path: 'etc/x', body: 'x' }]), contentType: 'application/x-tar', token: other });
+    t.equal(elsewhere.status, 404, 'not into a project it does not reach');
+    t.equal((await host.call('POST', '/v1/bases/import?name=bq-own', { raw: archive([{ path: 'etc/x', body: 'x' }]), contentType: 'application/x-tar' })).status, 409, "an everyone's import cannot take a project's name");
+    t.equal((await as('DELETE', '/v1/bases/bq-own')).status, 204, 'and deletes them');
+    // A token without a limit imports for a project when asked.
+    const forBq = await host.call('POST', '/v1/bases/import?name=bq-given&project=bq&wait=60', { raw: archive([{ path: 'etc/x', body: 'x' }]), contentType: 'application/x-tar' });
+    t.match(forBq.body, { name: 'bq-given', project: 'bq' });
+    t.equal((await as('GET', '/v1/bases/bq-given')).status, 200);
+    t.equal((await call('DELETE', '/v1/bases/bq-given')).status, 204);
   });
 
   t.test('export and import round-trip; the same bytes are the same version', async (t) => {

@@ -3,7 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import type { Base, BaseList, Operation } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
-import { action, Ctx, projectOption } from '../context';
+import { action, Ctx, localStat, projectOption } from '../context';
 import { OperationFailed, pollOperation } from '../jobs';
 import { registerUnderBase } from './builds';
 import { formatBytes, formatTime, printFields, printTable, say, transferProgress } from '../output';
@@ -74,12 +74,13 @@ export function register(program: Command): void {
   base.command('import <file>').description('import a base from a tar or tar.gz file ("-": stdin): box base import rootfs.tar.gz --name mybase')
     .requiredOption('--name <name>', 'the base name')
     .option('--builder <text>', 'who or what made it (kept with the base)')
+    .option('-p, --project <project>', "make it this project's base, seen and used only there (default: a project-limited token's first project; a token without a limit: every project's)")
     .option('--no-wait', 'answer at once instead of following the import')
     .action(
-      action<{ name: string; builder?: string; wait: boolean }>(async (ctx, [file], o) => {
-        const size = file === '-' ? undefined : fs.statSync(file).size;
+      action<{ name: string; builder?: string; project?: string; wait: boolean }>(async (ctx, [file], o) => {
+        const size = file === '-' ? undefined : localFileSize(file);
         const input = file === '-' ? process.stdin : fs.createReadStream(file);
-        const res = await ctx.client.stream('POST', '/v1/bases/import', { name: o.name, builder: o.builder }, input.pipe(transferProgress(`uploading ${file}`, size)));
+        const res = await ctx.client.stream('POST', '/v1/bases/import', { name: o.name, builder: o.builder, project: o.project }, input.pipe(transferProgress(`uploading ${file}`, size)));
         const chunks: Buffer[] = [];
         for await (const c of res) chunks.push(c as Buffer);
         const answered = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Base;
@@ -103,4 +104,11 @@ export function register(program: Command): void {
       if (!ctx.json) say(`deleted base ${spec}`);
     }),
   );
+}
+
+/** The size of a file to upload (a plain error naming it when it is not one). */
+function localFileSize(file: string): number {
+  const st = localStat(file);
+  if (!st.isFile()) throw new UsageError(`${file} is not a file`);
+  return st.size;
 }

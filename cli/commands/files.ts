@@ -6,7 +6,7 @@ import type { Command } from 'commander';
 import * as tar from 'tar';
 import type { FileList, FileStat } from '../../core/apiTypes';
 import { apiPath, UsageError } from '../client';
-import { action, Ctx, projectOption } from '../context';
+import { action, Ctx, localStat, projectOption } from '../context';
 import { printTable, say, transferProgress as progress } from '../output';
 import { openSession } from '../session';
 
@@ -36,7 +36,7 @@ export function register(program: Command): void {
         const to = remote(dst);
         if (!!from === !!to) throw new UsageError('one side of box cp is BOX:/absolute/path and the other a local path');
         if (to) {
-          const st = fs.statSync(src);
+          const st = localStat(src);
           if (st.isDirectory()) {
             // A directory: a tar of it, unpacked by tar in the box.
             const q = new URLSearchParams();

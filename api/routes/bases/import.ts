@@ -13,7 +13,11 @@ import { acceptedBaseResponses, provenanceFields } from './schemas';
 /** DESIGN.md §3: the JSON form's body is at most 64 MiB. */
 const JSON_LIMIT = '64mb';
 
-const jsonForm = Joi.object({ name: name().required(), data_base64: Joi.string().base64({ paddingRequired: false }).allow('').required(), ...provenanceFields });
+/** Whose base it is: a project's (only it sees and uses it), or without one and with a token
+ *  without a project limit every project's; a project-limited token's defaults to its first. */
+const ownerProject = () => name().description("the project whose base it is (default: a project-limited token's first project; a token without a limit: every project's)");
+
+const jsonForm = Joi.object({ name: name().required(), project: ownerProject(), data_base64: Joi.string().base64({ paddingRequired: false }).allow('').required(), ...provenanceFields });
 
 const parseJson = (req: Request, res: Response) =>
   new Promise<unknown>((resolve, reject) => express.json({ limit: JSON_LIMIT, strict: true })(req, res, (e?: unknown) => (e ? reject(e) : resolve(req.body))));
@@ -23,13 +27,14 @@ export default defineRoute<unknown, ImportRequest & { wait?: number }, unknown>(
   path: '/v1/bases/import',
   summary: 'Import a base from a tarball: JSON `{name, data_base64, …}`, or the raw tar/gzip body with `?name=`',
   tag: 'bases',
-  query: Joi.object({ name: name(), ...provenanceFields, ...waitQuery }),
+  query: Joi.object({ name: name(), project: ownerProject(), ...provenanceFields, ...waitQuery }),
   body: jsonForm,
   rawBody: true,
   responses: {
     ...acceptedBaseResponses,
     400: { description: 'no name; an archive the import rules refuse (details name the entry): absolute paths, "..", links out of the root, writes through links, unknown entry types; not a tar' },
-    409: { description: 'the name belongs to a project or a built-in base' },
+    404: { description: 'a project the token does not reach' },
+    409: { description: 'the name belongs to another owner (a project, every project) or a built-in base' },
     413: { description: 'the body is larger than BOXHOST_BASE_IMPORT_MAX_BYTES (the JSON form: 64 MiB), or it unpacks to more than BOXHOST_BASE_MAX_GB' },
   },
   handler: async ({ api, identity, query, req, res }) => {
