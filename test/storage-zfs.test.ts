@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
+import { HostPaths } from '../workers/runtime/reach';
 import { run } from '../core/command';
 import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
@@ -390,7 +391,7 @@ t.test('id ranges: base copies shifted once per range, forks stay in theirs, bas
   const r1b = await timed('createBoxRoot, second of its range (one clone)', () => storage.createBoxRoot('bidsb', { kind: 'base', base }, 1, p1));
   const r2 = await storage.createBoxRoot('bidsc', { kind: 'base', base }, 1, p2);
   t.equal(messages.filter((m) => m.includes("made a base's copy in an id range")).length, 2, 'one copy per range');
-  t.same(owner(r1), [p1.hostId, p1.hostId], 'root of range 1');
+  t.same(owner(fs.realpathSync(r1)), [p1.hostId, p1.hostId], 'root of range 1');
   t.same(owner(path.join(r1b, 'home/box')), [p1.hostId + 1000, p1.hostId + 1000]);
   t.same(owner(path.join(r2, 'f')), [p2.hostId, p2.hostId], 'another range, another owner');
   t.same(owner(path.join(storage.baseRootPath(base), 'f')), [0, 0], 'the base itself is untouched');
@@ -399,7 +400,7 @@ t.test('id ranges: base copies shifted once per range, forks stay in theirs, bas
 
   for (const id of ['bidsa', 'bidsc']) {
     await storage.prepareBoxRoot(id, id === 'bidsa' ? p1 : p2);
-    t.match(mountOptions(storage.boxRootPath(id)), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, `${id}: mounted nosuid,nodev once ready to start`);
+    t.match(mountOptions(fs.realpathSync(storage.boxRootPath(id))), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, `${id}: mounted nosuid,nodev once ready to start`);
   }
   const fork = await storage.createBoxRoot('bidsf', { kind: 'box', boxId: 'bidsa' }, 1, p1);
   t.same(owner(path.join(fork, 'f')), [p1.hostId, p1.hostId], 'a fork is in its source range as cloned');
@@ -431,6 +432,36 @@ t.test('a half-made base copy whose maker is gone is made again', async (t) => {
   await storage.destroyBase(base);
 });
 
+t.test("a root is mounted behind its range's own directory: another range's host user reaches none of it", async (t) => {
+  await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
+  const [pa, pb] = [projectIdMap(6), projectIdMap(7)];
+  const root = await storage.createBoxRoot('brangea', { kind: 'base', base }, 1, pa);
+  await storage.prepareBoxRoot('brangea', pa);
+  const rangeDir = path.join(dataDir, 'zfs', 'mnt', 'by-range', String(pa.hostId));
+  t.ok(fs.lstatSync(root).isSymbolicLink(), "the root's path links to its mount");
+  t.equal(fs.realpathSync(root), path.join(rangeDir, 'boxes', 'brangea'));
+  const st = fs.lstatSync(rangeDir);
+  t.same([st.uid, st.gid, st.mode & 0o7777], [0, pa.hostId, 0o750], 'root:<range> 0750');
+  t.equal(fs.lstatSync(path.dirname(rangeDir)).mode & 0o7777, 0o711, 'the ranges are entered, not listed');
+  fs.writeFileSync(path.join(root, 'tmp-open'), 'secret', { mode: 0o666 });
+  // What the runtime does before a start: the path down to the root opened for traversal,
+  // except what the range enters already (its own directory stays 0750).
+  await new HostPaths().makeReachable([fs.realpathSync(root)], pa.hostId);
+  t.equal(fs.lstatSync(rangeDir).mode & 0o7777, 0o750, 'the range directory is not opened to everyone');
+  const as = (uid: number, script: string) => run(['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'sh', '-c', script], { allowFailure: true });
+  // As an escape from a box would be: its range's first host id, on the host.
+  t.equal((await as(pa.hostId, `cat ${root}/tmp-open`)).stdout, 'secret', "positive control: the root's own range reads it");
+  const other = await as(pb.hostId, `cat ${root}/tmp-open; cat ${fs.realpathSync(root)}/tmp-open; echo x > ${fs.realpathSync(root)}/planted`);
+  t.notOk(other.stdout.includes('secret'), 'another range reads nothing of it');
+  t.match(other.stderr, /Permission denied/);
+  t.notOk(fs.existsSync(path.join(root, 'planted')), 'nor writes into it');
+  t.equal((await as(pb.hostId, `ls ${path.dirname(rangeDir)}`)).exitCode === 0, false, 'nor lists the ranges');
+  await storage.destroyBoxRoot('brangea');
+  t.notOk(fs.existsSync(root), 'the link goes with the root');
+  t.notOk(fs.existsSync(path.join(rangeDir, 'boxes', 'brangea')), 'and its mountpoint');
+  await storage.destroyBase(base);
+});
+
 t.test('a root made before user namespaces is shifted in place at its next start', async (t) => {
   await storage.createBase(base, async (dir) => {
     fs.mkdirSync(path.join(dir, 'home/box'), { recursive: true });
@@ -442,10 +473,10 @@ t.test('a root made before user namespaces is shifted in place at its next start
   await run(['zfs', 'set', 'refquota=1G', `${pool}/boxes/bolder`]);
   fs.writeFileSync(path.join(old, 'mine'), 'mine');
   await storage.snapshotBoxRoot('bolder', 'before');
-  t.same(owner(old), [0, 0], 'unshifted');
+  t.same(owner(fs.realpathSync(old)), [0, 0], 'unshifted');
 
   await timed('prepareBoxRoot (shift in place)', () => storage.prepareBoxRoot('bolder', p4));
-  t.same(owner(old), [p4.hostId, p4.hostId]);
+  t.same(owner(fs.realpathSync(old)), [p4.hostId, p4.hostId]);
   t.same(owner(path.join(old, 'mine')), [p4.hostId, p4.hostId]);
   t.same(owner(path.join(old, 'home/box')), [p4.hostId + 1000, p4.hostId + 1000]);
   t.equal(await zfsValue(`${pool}/boxes/bolder`, 'boxhost:idmap'), String(p4.hostId), 'recorded, so it happens once');
@@ -454,9 +485,13 @@ t.test('a root made before user namespaces is shifted in place at its next start
   messages.length = 0;
   await storage.prepareBoxRoot('bolder', p4);
   t.same(messages.filter((m) => m.includes('shifted a box root')), [], 'the second start shifts nothing');
+  t.ok(fs.lstatSync(storage.boxRootPath('bolder')).isSymbolicLink(), 'a root of the old layout is moved behind its range at its start; its old path links to it');
+  t.equal(fs.realpathSync(storage.boxRootPath('bolder')), path.join(dataDir, 'zfs', 'mnt', 'by-range', String(p4.hostId), 'boxes', 'bolder'));
+  t.equal(read(storage.boxRootPath('bolder'), 'mine'), 'mine', 'with its files');
+  t.match(mountOptions(fs.realpathSync(storage.boxRootPath('bolder'))), /\bnosuid\b/, 'mounted nosuid there');
 
   const fromOld = await storage.createBoxRoot('bfromold', { kind: 'box', boxId: 'bolder', snapshot: 'before' }, 1, p4);
-  t.same(owner(fromOld), [0, 0], 'a fork of the older snapshot is cloned as it was');
+  t.same(owner(fs.realpathSync(fromOld)), [0, 0], 'a fork of the older snapshot is cloned as it was');
   await storage.prepareBoxRoot('bfromold', p4);
   t.same(owner(path.join(fromOld, 'mine')), [p4.hostId, p4.hostId], 'and shifted at its first start');
   const fromNew = await storage.createBoxRoot('bfromnew', { kind: 'box', boxId: 'bolder' }, 1, p4);

@@ -17,13 +17,15 @@ export class HostPaths {
 
   /** Makes every target reachable; one call at a time, so that no call takes away what
    *  another one's path needs. */
-  makeReachable(targets: string[]): Promise<void> {
-    const next = this.queue.then(() => this.open(targets));
+  makeReachable(targets: string[], hostId?: number): Promise<void> {
+    const next = this.queue.then(() => this.open(targets, hostId));
     this.queue = next.catch(() => undefined);
     return next;
   }
 
-  private async open(targets: string[]): Promise<void> {
+  /** A directory the range of `hostId` enters as its owner or group (a range's own directory,
+   *  workers/storage/rangeDirs.ts) is reachable already: never opened to everyone. */
+  private async open(targets: string[], hostId?: number): Promise<void> {
     const needed = new Set<string>();
     for (const t of targets) {
       const parts = path.resolve(t).split('/').filter(Boolean);
@@ -32,6 +34,8 @@ export class HostPaths {
     for (const dir of [...needed].sort()) {
       if (this.seen.has(dir) || targets.includes(dir)) continue;
       const st = await fs.promises.stat(dir);
+      const ranges = hostId !== undefined && ((st.uid === hostId && st.mode & 0o100) || (st.gid === hostId && st.mode & 0o010));
+      if (ranges) continue;
       if (st.isDirectory() && (st.mode & 0o001) === 0) {
         await fs.promises.chmod(dir, (st.mode & 0o7777) | 0o011);
         await privateEntries(dir, needed);

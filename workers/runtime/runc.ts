@@ -237,8 +237,10 @@ export class RuncRuntime implements RuntimeDriver {
 
     const idMap = spec.idMap;
     const bundle = this.bundlePath(spec.boxId);
-    const rootfs = path.resolve(spec.rootfs);
-    await Promise.all([
+    // runc takes no symlink for a root: a root's path of old links to its mount behind its range.
+    const [rootfs] = await Promise.all([
+      // (One that is not there is runc's to refuse, with its reason.)
+      fs.promises.realpath(path.resolve(spec.rootfs)).catch(() => path.resolve(spec.rootfs)),
       fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }),
       fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 }),
       this.init === 'boxd' ? fs.promises.mkdir(this.boxdSocketDir, { recursive: true, mode: 0o700 }) : null,
@@ -285,7 +287,7 @@ export class RuncRuntime implements RuntimeDriver {
       // in place of a file the node writes would have the node write where it points); the
       // paths down to it and to the root are opened for traversal only.
       idMap ? fs.promises.chown(bundle, 0, idMap.hostId).then(() => fs.promises.chmod(bundle, 0o750)) : null,
-      idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle]) : null,
+      idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle], idMap.hostId) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
     this.agents.set(spec.boxId, this.init === 'boxd' ? new BoxdClient(this.boxdSocketPath(spec.boxId)) : null);

@@ -12,15 +12,20 @@ import type { IdMap, RootSource } from '../drivers';
 import { BASE_SNAPSHOT, checkComponent, checkUserSnapshot, IDMAP_PROP, INTERNAL, isExists, isMissing, lines, noop, quotaArg, snapName } from './zfsCommon';
 import type { ZfsBases } from './zfsBases';
 import type { ZfsDatasets } from './zfsDatasets';
+import { RangeDirs } from './rangeDirs';
 
 export class ZfsRoots {
   /** The create of each box root under way in this process (createBoxRoot: attempts take turns). */
   private readonly creatingRoots = new Map<string, Promise<string>>();
+  /** Each range's roots behind a directory only it enters (workers/storage/rangeDirs.ts). */
+  private readonly ranges: RangeDirs;
 
   constructor(
     private readonly d: ZfsDatasets,
     private readonly bases: ZfsBases,
-  ) {}
+  ) {
+    this.ranges = new RangeDirs(() => this.d.mountRoot());
+  }
 
   /**
    * One `zfs clone` in the common case. With `idMap`, a root from a base is a clone of the base's
@@ -69,6 +74,9 @@ export class ZfsRoots {
       // Checked first: on a retry the source may be gone already (destroyed, fork promoted).
       if (await this.d.exists(ds)) {
         await this.d.ensureMounted(ds);
+        // An earlier attempt may have died between its clone and the link.
+        const mountpoint = await this.d.prop(ds, 'mountpoint');
+        if (mountpoint !== this.boxRootPath(boxId)) await this.ranges.link(this.boxRootPath(boxId), mountpoint);
         return this.boxRootPath(boxId);
       }
       const src = this.d.boxDataset(source.boxId);
@@ -99,6 +107,12 @@ export class ZfsRoots {
     const args = ['clone'];
     if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`, '-o', `quota=${quotaArg(storageGb)}`);
     if (inRange !== null) args.push('-o', `${IDMAP_PROP}=${inRange}`);
+    // Mounted behind its range's directory, made first so that it is never open to others.
+    const mountAt = idMap ? this.ranges.rootMount(boxId, idMap) : undefined;
+    if (idMap && mountAt) {
+      await this.ranges.ensure(idMap);
+      args.push('-o', `mountpoint=${mountAt}`);
+    }
     args.push(origin, ds);
     const r = await this.d.zfs(args, true);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
@@ -109,8 +123,10 @@ export class ZfsRoots {
     const raced = r.exitCode !== 0 && /cannot mount/i.test(r.stderr) && (await this.d.exists(ds));
     if (r.exitCode === 0 || isExists(r.stderr) || /successfully created/i.test(r.stderr) || raced) {
       if (r.exitCode !== 0) await this.d.ensureMounted(ds);
+      // The old path names the root still (a root that existed already may be of the old layout: moved at its start).
+      const real = mountAt && (await this.ranges.link(this.boxRootPath(boxId), mountAt)) ? mountAt : this.boxRootPath(boxId);
       // Made nosuid,nodev now, beside the box's namespaces, rather than on its start's path.
-      await this.d.mountPrivately(this.boxRootPath(boxId));
+      await this.d.mountPrivately(real);
       return this.boxRootPath(boxId);
     }
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
@@ -124,7 +140,33 @@ export class ZfsRoots {
     // command needed (the property decides only when this says otherwise).
     const st = await fs.promises.stat(dir).catch(() => null);
     if (st?.uid !== idMap.hostId) await this.shiftIntoRange(boxId, idMap);
-    await this.d.mountPrivately(dir);
+    await this.d.mountPrivately(await this.placeBehindRange(boxId, idMap));
+  }
+
+  /**
+   * The real mount of a root, behind its range's directory: a root of the old layout (mounted at
+   * `<mount root>/boxes/<id>`, open to every host user) is moved there first (its mountpoint
+   * set, which remounts it: the box is not running). A move that fails (the mount busy) leaves
+   * the root where it was, to be moved at a later start.
+   */
+  private async placeBehindRange(boxId: string, idMap: IdMap): Promise<string> {
+    const link = this.boxRootPath(boxId);
+    const st = await fs.promises.lstat(link).catch(() => null);
+    if (st?.isSymbolicLink()) return fs.promises.realpath(link);
+    if (!st?.isDirectory()) return link;
+    const ds = this.d.boxDataset(boxId);
+    const target = this.ranges.rootMount(boxId, idMap);
+    await this.ranges.ensure(idMap);
+    const r = await this.d.zfs(['set', `mountpoint=${target}`, ds], true);
+    // The property may be set with the remount failed (busy): it is mounted where it says.
+    await this.d.ensureMounted(ds);
+    if (r.exitCode !== 0 && (await this.d.prop(ds, 'mountpoint')) !== target) {
+      this.d.log.warn({ boxId, err: r.stderr.trim() }, 'could not move a box root behind its id range; it stays open to other host users until a later start');
+      return link;
+    }
+    if (!(await this.ranges.link(link, target))) return link;
+    this.d.log.info({ boxId, hostId: idMap.hostId }, 'moved a box root behind its id range');
+    return target;
   }
 
   private async shiftIntoRange(boxId: string, idMap: IdMap): Promise<void> {
@@ -136,7 +178,7 @@ export class ZfsRoots {
     if (/^\d+$/.test(range)) throw new Error(`box root ${boxId} is in the id range from ${range}, not ${idMap.hostId}`);
     // Made before user namespaces: its files (and what its snapshots hold, which stays as it
     // was: they are marked `none`, so a fork of one is shifted in turn) move into the range.
-    const dir = this.boxRootPath(boxId);
+    const dir = await fs.promises.realpath(this.boxRootPath(boxId));
     const t0 = Date.now();
     const snapshots = await this.d.snapshotsOf(ds);
     if (snapshots.length > 0) await this.d.zfs(['set', `${IDMAP_PROP}=none`, ...snapshots]);
@@ -174,7 +216,7 @@ export class ZfsRoots {
         },
       );
       if (done) {
-        this.removeMountpoint(boxId);
+        await this.removeMountpoint(boxId);
         return;
       }
     }
@@ -203,18 +245,15 @@ export class ZfsRoots {
       }
       // "does not exist" counts as done to the destroy: that must be because it is gone.
       if (await this.d.exists(ds)) throw new Error(`box root ${ds} is still there after its destroy`);
-      this.removeMountpoint(boxId);
+      await this.removeMountpoint(boxId);
       if (origin.includes('@')) await this.dropIfUnused(origin);
       return;
     }
   }
 
-  private removeMountpoint(boxId: string): void {
-    try {
-      fs.rmdirSync(this.boxRootPath(boxId));
-    } catch {
-      // zfs-fuse removes the mountpoint itself; kernel ZFS may leave it
-    }
+  /** The link to a destroyed root, and its mountpoint (zfs-fuse removes it itself; kernel ZFS may leave it). */
+  private removeMountpoint(boxId: string): Promise<void> {
+    return this.ranges.unlink(this.boxRootPath(boxId));
   }
 
   /** Forks hang off this root's snapshots. `zfs promote` hands those snapshots (and every older
