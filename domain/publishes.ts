@@ -58,7 +58,7 @@ export async function putPublish(ctx: Pick<DomainContext, 'db' | 'config'>, box:
     }
     if (taken && !req.force) {
       const owner = taken.service ? `service ${taken.service}` : 'the box';
-      throw conflict(`publish ${req.name} of box ${box.project}/${box.name} exists (on ${owner}, port ${taken.port}); pass force to replace it`);
+      throw conflict(`publish ${req.name} of box ${box.project}/${box.name} exists (on ${owner}, port ${taken.port}); pass force: true to replace it (box publish --force)`);
     }
     const earlier = req.service ? await publishesRepo.ofService(trx, box.id, req.service) : undefined;
     if (taken) await publishesRepo.removeHost(trx, taken.host);

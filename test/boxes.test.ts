@@ -431,6 +431,11 @@ t.test('boxes', async (t) => {
     const del = await host.call('DELETE', `${P}/beta/boxes/stranger`);
     t.equal(del.status, 202);
     t.equal(del.body.status, 'deleting');
+    const early = await host.call('POST', `${P}/beta/boxes`, { body: { name: 'stranger' } });
+    t.equal(early.status, 409, 'the name is not free while the delete runs');
+    t.match(early.body.error.message, /^box beta\/stranger is being deleted; its name is free once that is done \(GET \/v1\/operations\?project=beta&box=stranger&status=queued,running/);
+    const ops = await host.call('GET', '/v1/operations?project=beta&box=stranger');
+    t.equal(ops.body.operations[0].id, del.headers.get('operation-id'), "the box's operations, newest first, begin with the delete");
     const op = await host.call('GET', `/v1/operations/${del.headers.get('operation-id')}/wait?timeout=30`);
     t.equal(op.body.status, 'succeeded');
     t.equal((await host.call('GET', `${P}/beta/boxes/stranger`)).status, 404);

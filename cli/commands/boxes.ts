@@ -101,7 +101,7 @@ export function register(program: Command): void {
     .option('--base <base>', 'base to make it from, name or name@version (server default: busybox)')
     .option('--fork <box[@snapshot]>', 'clone another box of the project (or one of its snapshots) instead of a base')
     .option('--cpus <n>', 'CPU limit', int(1))
-    .option('--ram-mb <n>', 'memory limit in MB', int(1))
+    .option('--ram-mb <n>', 'memory limit in MB (at least 64)', int(64))
     .option('--storage-gb <n>', 'root filesystem quota in GB', int(1))
     .option('--region <region>', 'region: the box goes to a node of it (default: the api\'s BOXHOST_REGION)')
     .option('--env <KEY=VALUE>', 'environment variable of the box (repeatable)', keyValue)
@@ -175,7 +175,7 @@ export function register(program: Command): void {
       .description('change a running box (PUT /v1/projects/{project}/boxes/{name}): cpus and memory live, tags, grace period; only the flags given are sent'),
   )
     .option('--cpus <n>', 'CPU limit', int(1))
-    .option('--ram-mb <n>', 'memory limit in MB', int(1))
+    .option('--ram-mb <n>', 'memory limit in MB (at least 64)', int(64))
     .option('--tag <KEY=VALUE>', 'tag (repeatable); the tags given REPLACE the whole tag map, so list every tag to keep', keyValue)
     .option('--clear-tags', 'remove every tag')
     .option('--grace-period <seconds>', `termination grace period: how long stop waits after SIGTERM before SIGKILL (at most ${MAX_STOP_GRACE_SECS})`, int(0, MAX_STOP_GRACE_SECS))
