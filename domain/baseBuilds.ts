@@ -74,7 +74,13 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
   const script = form.script;
   if (req.project) assertProject(identity, req.project, `project ${req.project}`);
   const owner = req.pack ? null : (req.project ?? identity.projects?.[0] ?? null);
-  const project = req.project ?? identity.projects?.[0] ?? BUILD_PROJECT;
+  // A pack's base is every project's: its temporary box runs in BUILD_PROJECT, out of reach of
+  // a project token that starts the build (from inside the box while its script ran, one could
+  // change the base every project's instances get). That token follows the build's operation
+  // through its own project; the build itself only a token that reaches BUILD_PROJECT sees.
+  const project = req.pack ? BUILD_PROJECT : (req.project ?? identity.projects?.[0] ?? BUILD_PROJECT);
+  const builder: Identity = req.pack ? { ...identity, projects: null } : identity;
+  const opProject = req.pack ? (identity.projects?.[0] ?? BUILD_PROJECT) : project;
   const parent = await resolveBase(ctx, identity, form.parent, project);
   if (!parent) throw invalidField(req.pack ? 'pack' : 'parent', `base ${form.parent}${req.pack ? ` (the parent of pack ${req.pack})` : ''} does not exist`);
   // A pack's base is every project's: it is built only from what every project sees.
@@ -95,7 +101,7 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
     const done = { ...row, status: 'succeeded' as const, cached: true };
     const operation = await ctx.db.transaction(async (trx) => {
       await baseBuildsRepo.insert(trx, done);
-      return ctx.queue.recordDone(trx, baseJobs.build.of({ buildId: id, boxId: 'none', name: base, version }), { resource: buildPath(id), node: existing.node ?? 'local', project, createdBy: identity.name });
+      return ctx.queue.recordDone(trx, baseJobs.build.of({ buildId: id, boxId: 'none', name: base, version }), { resource: buildPath(id), node: existing.node ?? 'local', project: opProject, createdBy: identity.name });
     });
     return { start: { id, status: 'succeeded', version, cached: true }, operation };
   }
@@ -128,7 +134,7 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
   const boxName = `build-${id.slice(-8)}`;
   let boxId: string;
   try {
-    const made = await createBox(ctx, identity, project, { name: boxName, base: row.parent, tags: { [BUILD_BOX_TAG]: id } });
+    const made = await createBox(ctx, builder, project, { name: boxName, base: row.parent, tags: { [BUILD_BOX_TAG]: id } });
     boxId = made.operation.box_id!;
   } catch (e) {
     await fail(`its temporary box could not be made: ${(e as Error).message}`);
@@ -138,11 +144,11 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
     const operation = await ctx.db.transaction(async (trx) => {
       await baseBuildsRepo.update(trx, id, { box_id: boxId, box: boxName });
       const box = (await boxesRepo.byId(trx, boxId))!;
-      return ctx.queue.enqueue(trx, baseJobs.build.of({ buildId: id, boxId, name: base, version }), { resource: buildPath(id), node: box.node, project, boxId, createdBy: identity.name });
+      return ctx.queue.enqueue(trx, baseJobs.build.of({ buildId: id, boxId, name: base, version }), { resource: buildPath(id), node: box.node, project: opProject, boxId, createdBy: identity.name });
     });
     return { start: { id, status: 'queued', version, cached: false }, operation };
   } catch (e) {
-    await changeBoxState(ctx, identity, project, boxName, 'delete').catch(() => undefined);
+    await changeBoxState(ctx, builder, project, boxName, 'delete').catch(() => undefined);
     await fail(`it could not be queued: ${(e as Error).message}`);
     throw e;
   }

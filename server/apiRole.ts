@@ -80,7 +80,7 @@ export async function startApiRole(o: ApiRoleOptions): Promise<ApiRole> {
       pruneOperations(api, config.operationsKeepDays)
         .then((n) => n && api.log.info({ dropped: n, keepDays: config.operationsKeepDays }, 'dropped finished operations past their keeping time'))
         .catch((e) => api.log.warn({ err: String(e) }, 'could not drop old operations'));
-    await prune();
+    void prune(); // not awaited: the api serves while a first sweep runs
     const timer = setInterval(prune, OPERATIONS_PRUNE_MS);
     timer.unref();
     closers.push(async () => clearInterval(timer));

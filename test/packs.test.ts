@@ -108,11 +108,19 @@ t.test('packs on a real host', async (t) => {
 
   let instanceRev = '';
   t.test("an instance: its base built by the pack form first, its create waiting for the build", async (t) => {
-    const first = await call('POST', '/v1/projects/pk/boxes', { name: 'kv1', pack: 'kv', lifecycle: 'dev' });
+    // By a project-limited token: the pack's base is every project's, so its build runs where
+    // that token cannot reach it.
+    const pkToken = (await call('POST', '/v1/tokens', { name: 'pk-dev', projects: ['pk'] })).body.token;
+    const first = await call('POST', '/v1/projects/pk/boxes', { name: 'kv1', pack: 'kv', lifecycle: 'dev' }, pkToken);
     t.equal(first.status, 202, first.text);
     t.match(first.body, { status: 'creating', pack: 'kv', lifecycle: 'dev' });
     const builds = (await call('GET', '/v1/projects/base-builds/boxes')).body.boxes;
-    t.equal(builds.length, 1, 'the pack base is being built in a temporary box');
+    t.equal(builds.length, 1, 'the pack base is being built in a temporary box, in base-builds');
+    t.same((await call('GET', '/v1/projects/pk/boxes')).body.boxes.map((b: { name: string }) => b.name), ['kv1'], 'not in the project of the token that started it');
+    t.equal((await call('GET', '/v1/projects/base-builds/boxes', undefined, pkToken)).status, 404, 'which that token cannot reach');
+    const buildId = builds[0].tags['boxhost.build'];
+    t.equal((await call('GET', `/v1/base-builds/${buildId}`, undefined, pkToken)).status, 404, 'nor its build record');
+    t.equal((await call('GET', `/v1/operations/${first.headers.get('operation-id')}`, undefined, pkToken)).status, 200, 'it follows its own operation');
     const op = (await call('GET', `/v1/operations/${first.headers.get('operation-id')}/wait?timeout=120`)).body;
     t.equal(op.status, 'succeeded', JSON.stringify(op));
     const version = (await call('GET', '/v1/projects/pk/boxes/kv1')).body.base.split('@')[1];

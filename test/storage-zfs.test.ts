@@ -456,6 +456,26 @@ t.test("a root is mounted behind its range's own directory: another range's host
   t.match(other.stderr, /Permission denied/);
   t.notOk(fs.existsSync(path.join(root, 'planted')), 'nor writes into it');
   t.equal((await as(pb.hostId, `ls ${path.dirname(rangeDir)}`)).exitCode === 0, false, 'nor lists the ranges');
+
+  // Modes an operator's chmod or a umask could leave: set right again at the next start, and
+  // another range's start never opens this range's directory to everyone.
+  const rootB = await storage.createBoxRoot('brangeb', { kind: 'base', base }, 1, pb);
+  fs.chmodSync(path.dirname(rangeDir), 0o700);
+  await new HostPaths().makeReachable([fs.realpathSync(rootB)], pb.hostId);
+  t.equal(fs.lstatSync(rangeDir).mode & 0o7777, 0o750, "another range's start, opening the parent, leaves this range its group's access");
+  fs.chmodSync(path.dirname(rangeDir), 0o700);
+  fs.chmodSync(rangeDir, 0o700);
+  await new HostPaths().makeReachable([fs.realpathSync(rootB)], pb.hostId);
+  t.equal(fs.lstatSync(rangeDir).mode & 0o7777, 0o700, "and never opens this range's directory to everyone");
+  await storage.prepareBoxRoot('brangea', pa);
+  t.equal(fs.lstatSync(rangeDir).mode & 0o7777, 0o750, "the range's own start sets its directory right");
+  t.equal(fs.lstatSync(path.dirname(rangeDir)).mode & 0o7777, 0o711, 'and the parent');
+  // A link lost (a run that died between the clone and the link) is made again at the start.
+  fs.unlinkSync(root);
+  await storage.prepareBoxRoot('brangea', pa);
+  t.ok(fs.lstatSync(root).isSymbolicLink(), 'the link is back');
+  t.equal(read(root, 'tmp-open'), 'secret');
+  await storage.destroyBoxRoot('brangeb');
   await storage.destroyBoxRoot('brangea');
   t.notOk(fs.existsSync(root), 'the link goes with the root');
   t.notOk(fs.existsSync(path.join(rangeDir, 'boxes', 'brangea')), 'and its mountpoint');

@@ -23,8 +23,9 @@ export class NotUnicodeError extends Error {
   override name = 'NotUnicodeError';
 }
 
-/** A JSON body with a key `__proto__`, which no field takes: an object spread from it would
- *  change its prototype instead of holding the key. Recognised by its class, as above. */
+/** A JSON body with a key `__proto__`, which no field takes: `JSON.parse` makes it an own key,
+ *  but `Object.assign` or a merge from it would set the target's prototype instead. Recognised
+ *  by its class, as above. */
 export class ProtoKeyError extends Error {
   override name = 'ProtoKeyError';
 }

@@ -159,7 +159,7 @@ function verifyUtf8(_req: unknown, _res: unknown, buf: Buffer): void {
 /** A lone surrogate (`"\ud800"`) is JSON but no text: it would not survive a round trip through
  *  the database either, so it is refused like invalid UTF-8. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-function wellFormed(key: string, value: unknown): unknown {
+export function wellFormed(key: string, value: unknown): unknown {
   if (key === '__proto__') throw new ProtoKeyError('a key named __proto__');
   if (LONE_SURROGATE.test(key) || (typeof value === 'string' && LONE_SURROGATE.test(value))) {
     throw new NotUnicodeError('a string is not valid Unicode');

@@ -35,6 +35,9 @@ export interface OperationFilter {
   limit: number;
 }
 
+/** Rows one prune statement drops at most. */
+const PRUNE_BATCH = 1000;
+
 export const isFinished = (s: OperationStatus) => s === 'succeeded' || s === 'failed';
 
 export const operationsRepo = {
@@ -72,8 +75,17 @@ export const operationsRepo = {
     if (f.beforeSeq !== undefined) q.where('seq', '<', f.beforeSeq);
     return q as Promise<OperationRow[]>;
   },
-  /** Drops finished operations last changed before `before` (an ISO instant); unfinished ones stay. */
-  pruneFinished: (db: Db, before: string) => db<OperationRow>('operations').whereIn('status', ['succeeded', 'failed']).andWhere('updated_at', '<', before).delete(),
+  /** Drops finished operations last changed before `before` (an ISO instant), a thousand at a
+   *  time (a first sweep after an upgrade holds no long write lock); unfinished ones stay. */
+  async pruneFinished(db: Db, before: string): Promise<number> {
+    let dropped = 0;
+    for (;;) {
+      const batch = db<OperationRow>('operations').select('seq').whereIn('status', ['succeeded', 'failed']).andWhere('updated_at', '<', before).limit(PRUNE_BATCH);
+      const n = await db<OperationRow>('operations').whereIn('seq', batch).delete();
+      dropped += n;
+      if (n < PRUNE_BATCH) return dropped;
+    }
+  },
   unfinishedForBox: (db: Db, boxId: string) =>
     db<OperationRow>('operations').where({ box_id: boxId }).whereIn('status', ['queued', 'running']).orderBy('seq'),
 };

@@ -36,6 +36,11 @@ export class HostPaths {
       const st = await fs.promises.stat(dir);
       const ranges = hostId !== undefined && ((st.uid === hostId && st.mode & 0o100) || (st.gid === hostId && st.mode & 0o010));
       if (ranges) continue;
+      // A range's own directory that lost its group's traversal gets it back, never everyone's.
+      if (hostId !== undefined && st.isDirectory() && st.uid === 0 && st.gid === hostId) {
+        await fs.promises.chmod(dir, (st.mode & 0o7777) | 0o010);
+        continue;
+      }
       if (st.isDirectory() && (st.mode & 0o001) === 0) {
         await fs.promises.chmod(dir, (st.mode & 0o7777) | 0o011);
         await privateEntries(dir, needed);
@@ -52,6 +57,8 @@ async function privateEntries(dir: string, needed: Set<string>): Promise<void> {
     if (needed.has(p)) continue;
     const st = await fs.promises.lstat(p).catch(() => null);
     if (!st || st.isSymbolicLink() || (st.mode & 0o077) === 0) continue;
-    await fs.promises.chmod(p, st.mode & 0o7700).catch(() => undefined);
+    // An entry whose group is not root's (a range's own directory, root:<range> 0750) keeps
+    // what its group may do: taking it would shut the range out of its own roots.
+    await fs.promises.chmod(p, st.mode & (st.gid !== 0 ? 0o7770 & ~0o007 : 0o7700)).catch(() => undefined);
   }
 }

@@ -9,6 +9,7 @@ import { RuncExec } from './exec';
 import { applyResourceParts, BoxLimits, hostAccountsSwap, resourceParts, runcUpdateArgs } from './limits';
 import { BOX_BOXD, buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
 import { HostPaths } from './reach';
+import { ownDir } from '../hostDirs';
 import { runcLogTail, runDetached } from './runcRun';
 import { BoxNamespaces } from './userns';
 
@@ -241,7 +242,11 @@ export class RuncRuntime implements RuntimeDriver {
     const [rootfs] = await Promise.all([
       // (One that is not there is runc's to refuse, with its reason.)
       fs.promises.realpath(path.resolve(spec.rootfs)).catch(() => path.resolve(spec.rootfs)),
-      fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }),
+      // The bundle is the host root's, readable by the box's group only (root:<range> 0750),
+      // before anything is written in it: the box's user reaches it and nobody else's does, and
+      // cannot put anything in it (a symlink in place of a file the node or runc writes would
+      // have root write where it points; an earlier version gave the bundle to that user).
+      fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }).then(() => (idMap ? ownDir(bundle, 0, idMap.hostId, 0o750) : undefined)),
       fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 }),
       this.init === 'boxd' ? fs.promises.mkdir(this.boxdSocketDir, { recursive: true, mode: 0o700 }) : null,
     ]);
@@ -281,12 +286,8 @@ export class RuncRuntime implements RuntimeDriver {
       // Earlier versions gave PID 1 this file for stdio, without bound.
       fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
       fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
-      // Root in the box (the container init, as it mounts) walks to the bundle's files: the
-      // bundle is the host root's, readable by the box's group only (root:<range> 0750), so the
-      // box's user reaches it and nobody else's does, and cannot put anything in it (a symlink
-      // in place of a file the node writes would have the node write where it points); the
-      // paths down to it and to the root are opened for traversal only.
-      idMap ? fs.promises.chown(bundle, 0, idMap.hostId).then(() => fs.promises.chmod(bundle, 0o750)) : null,
+      // Root in the box (the container init, as it mounts) walks to the bundle's files and the
+      // root: the paths down to them are opened for traversal only.
       idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle], idMap.hostId) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
@@ -535,21 +536,29 @@ function normalizeStatus(s: string): ContainerStatus {
 }
 
 /**
- * Writes `file` in place (0644), never through a symlink: one found there (left in a bundle by
- * a version that gave the bundle to the box's user) is removed and the file made anew.
+ * Writes `file` in place (0644, root's), never through what a box user may have left there in
+ * an earlier version's bundle (theirs then): a symlink, a FIFO (a write to it would wait for
+ * ever), a hard link; such an entry is removed and the file made anew.
  */
 async function writeFileNoFollow(file: string, data: string): Promise<void> {
-  const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW;
-  let fh: fs.promises.FileHandle;
-  try {
-    fh = await fs.promises.open(file, flags, 0o644);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ELOOP') throw e;
+  const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK;
+  let fh: fs.promises.FileHandle | null = await fs.promises.open(file, flags, 0o644).catch((e: NodeJS.ErrnoException) => {
+    if (e.code === 'ELOOP' || e.code === 'ENXIO') return null; // a symlink; a FIFO nobody reads
+    throw e;
+  });
+  if (fh) {
+    const st = await fh.stat();
+    if (!st.isFile() || st.nlink !== 1) {
+      await fh.close();
+      fh = null;
+    }
+  }
+  if (!fh) {
     await fs.promises.unlink(file);
     fh = await fs.promises.open(file, flags | fs.constants.O_EXCL, 0o644);
   }
   try {
-    // Not the box user's to change (an earlier version's bundle was theirs).
+    await fh.truncate(0);
     await fh.chown(0, 0);
     await fh.chmod(0o644);
     await fh.writeFile(data);

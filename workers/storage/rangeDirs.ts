@@ -16,31 +16,28 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { IdMap } from '../drivers';
+import { ownDir } from '../hostDirs';
 
 export const RANGES_DIR = 'by-range';
 
 export class RangeDirs {
-  /** Range directories made and checked in this process. */
-  private readonly ready = new Set<number>();
-
   constructor(private readonly mountRoot: () => string) {}
 
-  /** The directory of `idMap`'s range: made, and made `root:<range>` 0750, before anything is mounted in it. */
+  /**
+   * The directory of `idMap`'s range: made, and made `root:<range>` 0750, before anything is
+   * mounted in it; its parent 0711 (entered by every range, listed by none) and its `boxes`
+   * 0755, whatever the umask made them: a directory on a root's path without traversal for
+   * everyone is one the runtime would open (workers/runtime/reach.ts). Modes are set, not
+   * asked of mkdir; made and checked at every start (a mkdir and three lstats).
+   */
   async ensure(idMap: IdMap): Promise<string> {
     const dir = path.join(this.mountRoot(), RANGES_DIR, String(idMap.hostId));
-    if (this.ready.has(idMap.hostId)) return dir;
-    // The parent: entered by every range (0711), listed by none; never 0750 itself, or the
-    // runtime's opening of a root's path (workers/runtime/reach.ts) would take the other
-    // ranges' group access to their directories away.
-    await fs.promises.mkdir(path.dirname(dir), { recursive: true, mode: 0o711 });
-    await fs.promises.mkdir(dir, { mode: 0o750 }).catch((e: NodeJS.ErrnoException) => {
-      if (e.code !== 'EEXIST') throw e;
-    });
-    const st = await fs.promises.lstat(dir);
-    if (!st.isDirectory()) throw new Error(`${dir} is not a directory`);
-    if (st.uid !== 0 || st.gid !== idMap.hostId) await fs.promises.chown(dir, 0, idMap.hostId);
-    if ((st.mode & 0o7777) !== 0o750) await fs.promises.chmod(dir, 0o750);
-    this.ready.add(idMap.hostId);
+    await fs.promises.mkdir(path.join(dir, 'boxes'), { recursive: true, mode: 0o700 });
+    await Promise.all([
+      ownDir(path.dirname(dir), 0, 0, 0o711),
+      ownDir(dir, 0, idMap.hostId, 0o750),
+      ownDir(path.join(dir, 'boxes'), 0, 0, 0o755),
+    ]);
     return dir;
   }
 

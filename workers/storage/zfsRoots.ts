@@ -151,12 +151,18 @@ export class ZfsRoots {
    */
   private async placeBehindRange(boxId: string, idMap: IdMap): Promise<string> {
     const link = this.boxRootPath(boxId);
-    const st = await fs.promises.lstat(link).catch(() => null);
-    if (st?.isSymbolicLink()) return fs.promises.realpath(link);
-    if (!st?.isDirectory()) return link;
     const ds = this.d.boxDataset(boxId);
     const target = this.ranges.rootMount(boxId, idMap);
-    await this.ranges.ensure(idMap);
+    // Its range's directories as they must be, at every start (a umask, an operator's chmod).
+    const [st] = await Promise.all([fs.promises.lstat(link).catch(() => null), this.ranges.ensure(idMap)]);
+    if (st?.isSymbolicLink()) return fs.promises.realpath(link);
+    if (!st) {
+      // No link: a run that died between the clone (or a move) and the link; the dataset says where it is.
+      const mountpoint = await this.d.prop(ds, 'mountpoint');
+      if (mountpoint === link || !(await this.ranges.link(link, mountpoint))) return link;
+      return mountpoint;
+    }
+    if (!st.isDirectory()) return link;
     const r = await this.d.zfs(['set', `mountpoint=${target}`, ds], true);
     // The property may be set with the remount failed (busy): it is mounted where it says.
     await this.d.ensureMounted(ds);
@@ -232,6 +238,7 @@ export class ZfsRoots {
       if (!(await this.d.exists(ds))) {
         // A fork that failed after its fork snapshot was taken leaves that snapshot on the source.
         await this.dropForkSnapshots(boxId);
+        await this.removeMountpoint(boxId); // a retried delete: the link may have outlived the root
         return;
       }
       await this.promoteForks(ds);

@@ -2,7 +2,7 @@ import express from 'express';
 import Joi from 'joi';
 import { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
-import { defineRoute, validate } from '../../http/route';
+import { defineRoute, validate, wellFormed } from '../../http/route';
 import { waitQuery } from '../../http/operation';
 import { baseReply } from './reply';
 import { importBase, ImportRequest } from '../../../domain/bases';
@@ -20,7 +20,7 @@ const ownerProject = () => name().description("the project whose base it is (def
 const jsonForm = Joi.object({ name: name().required(), project: ownerProject(), data_base64: Joi.string().base64({ paddingRequired: false }).allow('').required(), ...provenanceFields });
 
 const parseJson = (req: Request, res: Response) =>
-  new Promise<unknown>((resolve, reject) => express.json({ limit: JSON_LIMIT, strict: true })(req, res, (e?: unknown) => (e ? reject(e) : resolve(req.body))));
+  new Promise<unknown>((resolve, reject) => express.json({ limit: JSON_LIMIT, strict: true, reviver: wellFormed })(req, res, (e?: unknown) => (e ? reject(e) : resolve(req.body))));
 
 export default defineRoute<unknown, ImportRequest & { wait?: number }, unknown>({
   method: 'post',
