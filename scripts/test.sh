@@ -17,19 +17,11 @@ SERIAL=(debian room hardening-box storage-watchdog soak-short scale)
 # The check that nothing was left runs alone, after both phases (tap orders the files of one run
 # as it likes: in one run it ran storage-watchdog after it).
 LAST=dist/test/zz-leftovers.test.js
-# The longest files of phase 1 start first (tap runs them in the order given): in name order,
-# files of several minutes started late and ran alone at the end, ~200 s of a 1452 s phase on
-# a slow host (2026-11-28). Longest first, as measured there.
-SLOW_FIRST=(boxes-crash storage-zfs scenarios pg-cli pg-scenarios cli pg-files files cluster pg-boxes data pg-packs pg-data boxes deploys pg-deploys runtime-runc)
 serial=()
 parallel=()
-for name in "${SLOW_FIRST[@]}"; do
-  [[ -f "dist/test/$name.test.js" ]] && parallel+=("dist/test/$name.test.js")
-done
 for f in dist/test/*.test.js; do
   name=$(basename "$f" .test.js)
   if [[ "$f" == "$LAST" ]]; then continue; fi
-  if [[ " ${SLOW_FIRST[*]} " == *" $name "* ]]; then continue; fi
   if [[ " ${SERIAL[*]} " == *" $name "* ]]; then serial+=("$f"); else parallel+=("$f"); fi
 done
 # The suite starts on a fresh zfs-fuse when the machine's serves nothing (scripts/install-host.sh
