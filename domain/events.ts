@@ -1,4 +1,5 @@
 import type { DomainContext, Identity } from './context';
+import { decodeSeqCursor, encodeSeqCursor } from './seqCursor';
 import type { BoxEvent, EventList, PackEvent } from '../core/apiTypes';
 import { invalidField } from '../core/errors';
 import { eventsRepo, type EventRow } from '../db/repos/events';
@@ -34,17 +35,6 @@ export function toEvent(r: EventRow): PackEvent {
   };
 }
 
-const encodeCursor = (seq: number) => Buffer.from(JSON.stringify({ before: seq })).toString('base64url');
-function decodeCursor(token: string): number {
-  try {
-    const v = JSON.parse(Buffer.from(token, 'base64url').toString()) as { before?: unknown };
-    if (Number.isInteger(v.before)) return v.before as number;
-  } catch {
-    // fall through
-  }
-  throw invalidField('continuation_token', 'is not a token this api gave out');
-}
-
 /**
  * Events newest first. A project-limited token sees its projects' events only (another
  * project named → 404, as for boxes). The continuation token is the last event's position, so
@@ -56,11 +46,11 @@ export async function listEvents(ctx: DomainContext, identity: Identity, q: List
   const rows = await eventsRepo.page(ctx.db, {
     kinds: ['verb'],
     projects: identity.projects, project: q.project, box: q.box, pack: q.pack, verb: q.verb, outcome: q.outcome, since: q.since,
-    beforeSeq: q.continuation_token ? decodeCursor(q.continuation_token) : undefined, limit,
+    beforeSeq: q.continuation_token ? decodeSeqCursor(q.continuation_token) : undefined, limit,
   });
   const page = rows.slice(0, limit);
   const hasMore = rows.length > limit;
-  return { events: page.map(toEvent), has_more: hasMore, next_continuation_token: hasMore ? encodeCursor(page[page.length - 1].seq!) : null };
+  return { events: page.map(toEvent), has_more: hasMore, next_continuation_token: hasMore ? encodeSeqCursor(page[page.length - 1].seq!) : null };
 }
 
 /** How often a stream looks for new events (any api process may have recorded them). */

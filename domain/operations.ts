@@ -1,4 +1,5 @@
 import type { DomainContext, Identity } from './context';
+import { decodeSeqCursor, encodeSeqCursor } from './seqCursor';
 import { OperationRow, operationsRepo, isFinished } from '../db/repos/operations';
 import { invalidField, notFound, timeoutError } from '../core/errors';
 import type { Operation, OperationList } from '../core/apiTypes';
@@ -61,17 +62,6 @@ export interface ListOperationsQuery {
   continuation_token?: string;
 }
 
-const encodeCursor = (seq: number) => Buffer.from(JSON.stringify({ before: seq })).toString('base64url');
-function decodeCursor(token: string): number {
-  try {
-    const v = JSON.parse(Buffer.from(token, 'base64url').toString()) as { before?: unknown };
-    if (Number.isInteger(v.before)) return v.before as number;
-  } catch {
-    // fall through
-  }
-  throw invalidField('continuation_token', 'is not a token this api gave out');
-}
-
 /**
  * Operations newest first, as `lxc operation list` shows them, finished ones too while they are
  * kept (docs/decisions.md "Operations"). A project-limited token sees its projects' operations
@@ -88,14 +78,14 @@ export async function listOperations(ctx: DomainContext, identity: Identity, q: 
   const rows = await operationsRepo.page(ctx.db, {
     projects: identity.projects, project: q.project, box, kind: q.kind,
     statuses: q.status ? ([...new Set(q.status.split(','))] as OperationStatus[]) : undefined,
-    beforeSeq: q.continuation_token ? decodeCursor(q.continuation_token) : undefined, limit,
+    beforeSeq: q.continuation_token ? decodeSeqCursor(q.continuation_token) : undefined, limit,
   });
   const page = rows.slice(0, limit);
   const hasMore = rows.length > limit;
   return {
     operations: await showOperations(ctx, page),
     has_more: hasMore,
-    next_continuation_token: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
+    next_continuation_token: hasMore ? encodeSeqCursor(page[page.length - 1].seq) : null,
   };
 }
 
