@@ -5,6 +5,7 @@ import { invalidField, notFound, timeoutError } from '../core/errors';
 import type { Operation, OperationList } from '../core/apiTypes';
 import type { OperationStatus } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
+import { boxPath } from './boxes';
 import { assertProject, canSeeProject } from './access';
 import { DEFAULT_PAGE } from './boxList';
 
@@ -74,7 +75,7 @@ export async function listOperations(ctx: DomainContext, identity: Identity, q: 
   if (q.box && !q.project) throw invalidField('box', 'needs project: a box is named within its project');
   const limit = q.max_results || DEFAULT_PAGE;
   let box: { id?: string; resource: string } | undefined;
-  if (q.box && q.project) box = { id: (await boxesRepo.get(ctx.db, q.project, q.box))?.id, resource: `/v1/projects/${q.project}/boxes/${q.box}` };
+  if (q.box && q.project) box = { id: (await boxesRepo.get(ctx.db, q.project, q.box))?.id, resource: boxPath(q.project, q.box) };
   const rows = await operationsRepo.page(ctx.db, {
     projects: identity.projects, project: q.project, box, kind: q.kind,
     statuses: q.status ? ([...new Set(q.status.split(','))] as OperationStatus[]) : undefined,

@@ -59,6 +59,6 @@ async function privateEntries(dir: string, needed: Set<string>): Promise<void> {
     if (!st || st.isSymbolicLink() || (st.mode & 0o077) === 0) continue;
     // An entry whose group is not root's (a range's own directory, root:<range> 0750) keeps
     // what its group may do: taking it would shut the range out of its own roots.
-    await fs.promises.chmod(p, st.mode & (st.gid !== 0 ? 0o7770 & ~0o007 : 0o7700)).catch(() => undefined);
+    await fs.promises.chmod(p, st.mode & (st.gid !== 0 ? 0o7770 : 0o7700)).catch(() => undefined);
   }
 }

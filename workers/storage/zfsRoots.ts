@@ -74,9 +74,7 @@ export class ZfsRoots {
       // Checked first: on a retry the source may be gone already (destroyed, fork promoted).
       if (await this.d.exists(ds)) {
         await this.d.ensureMounted(ds);
-        // An earlier attempt may have died between its clone and the link.
-        const mountpoint = await this.d.prop(ds, 'mountpoint');
-        if (mountpoint !== this.boxRootPath(boxId)) await this.ranges.link(this.boxRootPath(boxId), mountpoint);
+        await this.relink(boxId); // an earlier attempt may have died between its clone and the link
         return this.boxRootPath(boxId);
       }
       const src = this.d.boxDataset(source.boxId);
@@ -108,8 +106,9 @@ export class ZfsRoots {
     if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`, '-o', `quota=${quotaArg(storageGb)}`);
     if (inRange !== null) args.push('-o', `${IDMAP_PROP}=${inRange}`);
     // Mounted behind its range's directory, made first so that it is never open to others.
-    const mountAt = idMap ? this.ranges.rootMount(boxId, idMap) : undefined;
-    if (idMap && mountAt) {
+    let mountAt: string | undefined;
+    if (idMap) {
+      mountAt = this.ranges.rootMount(boxId, idMap);
       await this.ranges.ensure(idMap);
       args.push('-o', `mountpoint=${mountAt}`);
     }
@@ -156,12 +155,7 @@ export class ZfsRoots {
     // Its range's directories as they must be, at every start (a umask, an operator's chmod).
     const [st] = await Promise.all([fs.promises.lstat(link).catch(() => null), this.ranges.ensure(idMap)]);
     if (st?.isSymbolicLink()) return fs.promises.realpath(link);
-    if (!st) {
-      // No link: a run that died between the clone (or a move) and the link; the dataset says where it is.
-      const mountpoint = await this.d.prop(ds, 'mountpoint');
-      if (mountpoint === link || !(await this.ranges.link(link, mountpoint))) return link;
-      return mountpoint;
-    }
+    if (!st) return this.relink(boxId); // a run that died between the clone (or a move) and the link
     if (!st.isDirectory()) return link;
     const r = await this.d.zfs(['set', `mountpoint=${target}`, ds], true);
     // The property may be set with the remount failed (busy): it is mounted where it says.
@@ -173,6 +167,14 @@ export class ZfsRoots {
     if (!(await this.ranges.link(link, target))) return link;
     this.d.log.info({ boxId, hostId: idMap.hostId }, 'moved a box root behind its id range');
     return target;
+  }
+
+  /** Links a root's old path to where its dataset says it is mounted (when that is elsewhere);
+   *  answers the real mount, or the old path when the root is there. */
+  private async relink(boxId: string): Promise<string> {
+    const link = this.boxRootPath(boxId);
+    const mountpoint = await this.d.prop(this.d.boxDataset(boxId), 'mountpoint');
+    return mountpoint !== link && (await this.ranges.link(link, mountpoint)) ? mountpoint : link;
   }
 
   private async shiftIntoRange(boxId: string, idMap: IdMap): Promise<void> {
