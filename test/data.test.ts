@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { execFile } from 'node:child_process';
 import t from 'tap';
+import { run } from '../core/command';
 import { startTestHost } from './helpers/host';
 
 /**
@@ -69,6 +70,27 @@ t.test('data volumes on real boxes', async (t) => {
     t.match(mi.stdout, /^\S+\n$/, `one mount at /data (${JSON.stringify(mi.stdout)})`);
     t.match(mi.stdout, /(^|,)nosuid(,|$)/m, 'mounted nosuid');
     t.match(mi.stdout, /(^|,)nodev(,|$)/m, 'and nodev');
+    // After an escape, a box's processes are its range's host users: the volume's files (this
+    // one world-readable) are out of reach on the host of its own range and of every other one.
+    // runc opens a bind mount's source as the host's root, so the box has them all the same.
+    const dataRoot = path.join(host.config.dataDir, 'zfs', 'mnt', 'data');
+    const [vid] = fs.readdirSync(dataRoot);
+    const own = fs.statSync(path.join(dataRoot, vid)).uid;
+    t.ok(own >= 1000000, `the volume's top directory is its range's (${own})`);
+    const st = fs.statSync(dataRoot);
+    t.same([st.uid, st.gid, st.mode & 0o7777], [0, 0, 0o700], "the volumes' directory is the host root's alone");
+    const as = (uid: number) => run(['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'cat', path.join(dataRoot, vid, 'f')], { allowFailure: true });
+    for (const uid of [own, own + 65536]) {
+      const r = await as(uid);
+      t.not(r.exitCode, 0, `host user ${uid} cannot read the volume's file`);
+      t.match(r.stderr, /Permission denied/);
+    }
+    fs.chmodSync(dataRoot, 0o755);
+    try {
+      t.equal((await as(own + 65536)).stdout, 'hello\n', 'positive control: through an open directory, any range would read it');
+    } finally {
+      fs.chmodSync(dataRoot, 0o700);
+    }
     const v = (await call('GET', '/v1/data/vol-a')).body;
     t.same(v.attachments, [{ project: 'vol', box: 'w', path: '/data', read_only: false }]);
     t.equal(v.project, 'vol', 'the volume joined the project of its first box');

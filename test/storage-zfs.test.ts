@@ -13,6 +13,7 @@ import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';
 import { StorageInUseError, ZfsStorage } from '../workers/storage/zfs';
+import { HOST_ONLY } from '../workers/storage/zfsPool';
 import { ROOTS_PER_ARC_MB, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from '../workers/storage/zfsFuse';
 import { claimDir } from './helpers/owner';
 
@@ -65,6 +66,18 @@ t.test('init makes the pool on a file and the layout, and is idempotent', async 
   await again.health();
   t.equal((await run(['zpool', 'list', '-H', '-o', 'name'])).stdout.split('\n').filter((n) => n === pool).length, 1, 'one pool');
   t.equal(again.boxRootPath('bx'), storage.boxRootPath('bx'));
+  // Volumes, bases, shifted bases and temporary clones: no range walks through their directories
+  // (docs/security.md), and a start sets that right whatever changed it.
+  const mnt = path.join(dataDir, 'zfs', 'mnt');
+  fs.chmodSync(path.join(mnt, 'data'), 0o755);
+  fs.chownSync(path.join(mnt, 'bases'), 0, 1000000);
+  await again.init();
+  for (const child of HOST_ONLY) {
+    const st = fs.lstatSync(path.join(mnt, child));
+    t.same([st.uid, st.gid, st.mode & 0o7777], [0, 0, 0o700], `${child}: root:root 0700`);
+  }
+  const boxes = fs.lstatSync(path.join(mnt, 'boxes'));
+  t.equal(boxes.mode & 0o7777, 0o755, "the boxes' directory of links stays open");
 });
 
 t.test('an exported pool is imported again from the data dir', async (t) => {

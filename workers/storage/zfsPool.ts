@@ -12,7 +12,11 @@ import type { DriverLogger, StorageProbe } from '../drivers';
 import { fuseMountsOf, mountedUnder, removeEmptyDirs } from './hostFs';
 import { bytes, CMD_TIMEOUT_MS, isExists, isMissing, PRIVATE_MOUNT, ROOT_MOUNT_RESERVE, serialized } from './zfsCommon';
 import type { ZfsDatasets } from './zfsDatasets';
+import { ownDir } from '../hostDirs';
 import { isDaemonDown, ROOTS_PER_ARC_MB, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
+
+/** The pool's directories no box's range enters (`closeHostOnly`). */
+export const HOST_ONLY = ['data', 'bases', 'shifted', 'tmp'] as const;
 
 export interface ZfsPoolOptions {
   /** `<data dir>/zfs`: the pool file, its default mount and the pool lock live here. */
@@ -373,5 +377,25 @@ export class ZfsPool {
     // Inherited by every box root, data volume, base, shifted copy and temporary clone made under
     // them: none of them is ever a place to run a setuid file or open a device from on the host.
     for (const ds of ['boxes', 'data', 'bases', 'shifted', 'tmp']) for (const p of PRIVATE_MOUNT) await this.d.zfs(['set', p, `${this.root}/${ds}`]);
+    await this.closeHostOnly();
+  }
+
+  /**
+   * The directories of data volumes, bases, shifted bases and temporary clones are the host
+   * root's alone (`root:root` 0700, set at every start whatever made them otherwise): no box's
+   * range ever walks through them. runc opens a bind mount's source as the host's root before
+   * the container's user namespace takes over, so a box still gets its volumes; a process that
+   * escapes a box lands as its range's user and reaches none of them (docs/security.md
+   * "Escapes"). Box roots are behind their own range's directory instead
+   * (workers/storage/rangeDirs.ts): runc's init walks to a root as the range's user.
+   */
+  private async closeHostOnly(): Promise<void> {
+    for (const child of HOST_ONLY) {
+      const ds = `${this.root}/${child}`;
+      await this.d.ensureMounted(ds);
+      const dir = await this.d.prop(ds, 'mountpoint');
+      if (!path.isAbsolute(dir)) continue; // legacy/none: nothing mounted to close
+      await ownDir(dir, 0, 0, 0o700);
+    }
   }
 }
