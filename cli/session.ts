@@ -1,15 +1,26 @@
 import WebSocket from 'ws';
-import { Channel, parseWsFrame, WS_SUBPROTOCOL, wsFrame, wsJson } from '../core/wsChannel';
+import { Channel, parseWsFrame, rawSocket, WS_SUBPROTOCOL, wsFrame, wsJson } from '../core/wsChannel';
 import { ApiError, ConnectionError, type Client } from './client';
 
 /**
  * A WebSocket session of the api (exec/ws, console) from the CLI: the token in the header
  * (the CLI can set headers; tickets are for browsers), refusals read as the api's errors.
  */
+/** Where a session's output goes: a handler answering false is full (a stream's `write`), and
+ *  the session reads nothing more until `drain` is called (back-pressure up to the box). */
+export interface OutputHandlers {
+  stdout(b: Buffer): boolean | void;
+  stderr(b: Buffer): boolean | void;
+}
+
 export interface CliSession {
   ws: WebSocket;
   /** Calls for each stdout/stderr chunk, then resolves with the exit code. */
-  run(handlers: { stdout(b: Buffer): void; stderr(b: Buffer): void }): Promise<number>;
+  run(handlers: OutputHandlers): Promise<number>;
+  /** Reading again after a handler answered false. */
+  drain(): void;
+  /** Whether the session's timeout (`timeout_secs`) ended the process; known once run() ended. */
+  timedOut(): boolean;
   stdin(b: Buffer): void;
   endStdin(): void;
   resize(cols: number, rows: number): void;
@@ -44,6 +55,7 @@ export function openSession(client: Client, path: string, query: URLSearchParams
       // the same packet as the handshake, before the caller has called run(). Kept until then.
       const early: Buffer[] = [];
       let onFrame: ((data: Buffer) => void) | null = null;
+      let timedOut = false;
       ws.on('message', (data: Buffer) => (onFrame ? onFrame(data) : early.push(data)));
       resolve({
         ws,
@@ -53,12 +65,13 @@ export function openSession(client: Client, path: string, query: URLSearchParams
             onFrame = (data: Buffer) => {
               const f = parseWsFrame(data);
               if (!f) return;
-              if (f.channel === Channel.stdout) h.stdout(f.payload);
-              else if (f.channel === Channel.stderr) h.stderr(f.payload);
-              else if (f.channel === Channel.status) {
+              if (f.channel === Channel.stdout || f.channel === Channel.stderr) {
+                if ((f.channel === Channel.stdout ? h.stdout : h.stderr)(f.payload) === false) rawSocket(ws)?.pause();
+              } else if (f.channel === Channel.status) {
                 const o = wsJson(f.payload);
                 if (typeof o?.error === 'string') return fail(new ApiError(503, 'unavailable', o.error));
                 code = Number(o?.exit_code ?? 1);
+                timedOut = o?.timed_out === true;
               }
             };
             for (const b of early.splice(0)) onFrame(b);
@@ -66,6 +79,8 @@ export function openSession(client: Client, path: string, query: URLSearchParams
             if (ws.readyState === ws.CLOSED) closed();
             else ws.on('close', closed);
           }),
+        drain: () => rawSocket(ws)?.resume(),
+        timedOut: () => timedOut,
         stdin: (b) => send(wsFrame(Channel.stdin, b)),
         endStdin: () => send(Buffer.from([Channel.close, Channel.stdin])),
         resize: (cols, rows) => send(wsFrame(Channel.resize, { cols, rows })),
@@ -73,6 +88,35 @@ export function openSession(client: Client, path: string, query: URLSearchParams
       });
     });
   });
+}
+
+/** This process's stdout and stderr as a session's output, with their back-pressure. */
+function toTerminal(session: CliSession): OutputHandlers & { done(): void } {
+  const drain = () => session.drain();
+  process.stdout.on('drain', drain);
+  process.stderr.on('drain', drain);
+  return {
+    stdout: (b) => process.stdout.write(b),
+    stderr: (b) => process.stderr.write(b),
+    done: () => {
+      process.stdout.off('drain', drain);
+      process.stderr.off('drain', drain);
+    },
+  };
+}
+
+/**
+ * Runs a session with its output on this process's (a plain `box exec`): its stdin ended at
+ * once, as `docker exec` without -i; answers the remote exit code.
+ */
+export async function runDetachedFromStdin(session: CliSession): Promise<number> {
+  session.endStdin();
+  const out = toTerminal(session);
+  try {
+    return await session.run(out);
+  } finally {
+    out.done();
+  }
 }
 
 /**
@@ -96,9 +140,11 @@ export async function attach(session: CliSession, tty: boolean): Promise<number>
   stdin.on('data', onData);
   stdin.on('end', onEnd);
   stdin.resume();
+  const out = toTerminal(session);
   try {
-    return await session.run({ stdout: (b) => process.stdout.write(b), stderr: (b) => process.stderr.write(b) });
+    return await session.run(out);
   } finally {
+    out.done();
     stdin.off('data', onData);
     stdin.off('end', onEnd);
     stdin.pause();

@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import type { ErrorCode } from '../core/errors';
+import { MAX_EXEC_TIMEOUT_SECS } from '../core/box';
 import { NAME_PATTERN } from '../core/names';
 import { EXEC_OUTPUT_CAP_BYTES } from './types';
 
@@ -82,6 +83,7 @@ export const execSessionSchema = Joi.object({
   cols: Joi.number().integer().min(1).max(65535),
   rows: Joi.number().integer().min(1).max(65535),
   noHup: Joi.boolean(),
+  timeoutMs: Joi.number().integer().min(1).max(MAX_EXEC_TIMEOUT_SECS * 1000),
 });
 
 /** A file read's stat travels beside its bytes in this header: base64url of its JSON. */

@@ -39,6 +39,14 @@ export interface ExecSessionRequest {
   rows?: number;
   /** The process outlives the session: closing it lets go of the process instead of ending it. */
   noHup?: boolean;
+  /** Kill the process (and its group) after this long: its exit code is 124, `timedOut` true. */
+  timeoutMs?: number;
+}
+
+/** How a session's process ended. */
+export interface SessionExit {
+  exitCode: number;
+  timedOut?: boolean;
 }
 
 /** A process whose streams flow both ways while it runs. */
@@ -54,8 +62,9 @@ export interface ExecSession {
   /** The peer hung up: a `noHup` session lets go of its process (it runs on); any other ends it
    *  as close() does. */
   release(): void;
-  /** Its exit code once it ended and its output is drained; rejects when the session failed. */
-  exited: Promise<{ exitCode: number }>;
+  /** Its exit code once it ended and its output is drained (`timedOut` when the session's
+   *  timeout killed it); rejects when the session failed. */
+  exited: Promise<SessionExit>;
 }
 
 export interface ExecResult {

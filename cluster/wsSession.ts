@@ -1,7 +1,7 @@
 import { PassThrough, Writable } from 'node:stream';
 import type WebSocket from 'ws';
-import { Channel, parseWsFrame, signalName, wsFrame, wsJson } from '../core/wsChannel';
-import type { ExecSession } from './types';
+import { Channel, parseWsFrame, rawSocket, signalName, wsFrame, wsJson } from '../core/wsChannel';
+import type { ExecSession, SessionExit } from './types';
 
 /** Output not yet taken by a slow peer, past which the process's output is paused. */
 const HIGH_WATER = 1 << 20;
@@ -15,7 +15,6 @@ const HARD_LIMIT = 16 << 20;
 const PING_MS = 30_000;
 
 /** The socket under a `ws` WebSocket (ws 7 has no pause of its own). */
-const rawSocket = (ws: WebSocket) => (ws as unknown as { _socket?: { pause(): void; resume(): void } })._socket;
 
 /**
  * Relays a session over a WebSocket in the `boxhost.v1.channel` framing (core/wsChannel.ts):
@@ -104,10 +103,10 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
     ws.close(code, reason);
   };
   session.exited.then(
-    async ({ exitCode }) => {
+    async ({ exitCode, timedOut }) => {
       await ended;
       if (closed) return;
-      ws.send(wsFrame(Channel.status, { exit_code: exitCode }), () => closeWith(1000));
+      ws.send(wsFrame(Channel.status, { exit_code: exitCode, ...(timedOut ? { timed_out: true } : {}) }), () => closeWith(1000));
     },
     (e: Error) => {
       if (closed) return;
@@ -123,17 +122,17 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
 export function sessionOverWs(ws: WebSocket): ExecSession {
   const stdout = new PassThrough();
   const stderr = new PassThrough();
-  let settle!: { resolve: (v: { exitCode: number }) => void; reject: (e: Error) => void };
-  const exited = new Promise<{ exitCode: number }>((resolve, reject) => (settle = { resolve, reject }));
+  let settle!: { resolve: (v: SessionExit) => void; reject: (e: Error) => void };
+  const exited = new Promise<SessionExit>((resolve, reject) => (settle = { resolve, reject }));
   exited.catch(() => undefined);
   let done = false;
-  const finish = (err: Error | null, code = -1) => {
+  const finish = (err: Error | null, code = -1, timedOut = false) => {
     if (done) return;
     done = true;
     stdout.end();
     stderr.end();
     if (err) settle.reject(err);
-    else settle.resolve({ exitCode: code });
+    else settle.resolve({ exitCode: code, ...(timedOut ? { timedOut: true } : {}) });
   };
   const resumeSocket = () => rawSocket(ws)?.resume();
   stdout.on('drain', resumeSocket);
@@ -149,7 +148,7 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
       const o = wsJson(f.payload);
       const code = Number(o?.exit_code);
       if (typeof o?.error === 'string') finish(new Error(String(o.error).slice(0, 500)));
-      else finish(null, Number.isInteger(code) && code >= -1 && code <= 255 ? code : -1);
+      else finish(null, Number.isInteger(code) && code >= -1 && code <= 255 ? code : -1, o?.timed_out === true);
     }
   });
   const ping = keepAlive(ws);

@@ -48,3 +48,7 @@ export function signalName(s: unknown): NodeJS.Signals | null {
   const n = s.toUpperCase().replace(/^SIG/, '');
   return SIGNALS.includes(n) ? (`SIG${n}` as NodeJS.Signals) : null;
 }
+
+/** The TCP socket under a `ws` 7 WebSocket (which has no pause of its own): paused, no more
+ *  frames are read, and the peer's writes wait (back-pressure to the sender). */
+export const rawSocket = (ws: object) => (ws as { _socket?: { pause(): void; resume(): void } })._socket;

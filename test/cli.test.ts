@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -323,6 +324,36 @@ t.test('box CLI against a real host', async (t) => {
     const own = await run('exec', 'web', ...p, '--', 'sh', '-c', 'exit 124');
     t.equal(own.code, 124);
     t.equal(own.stderr, '', "the command's own 124 is not called a timeout");
+    const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_')));
+    // The output streams as it comes: the command waits for a mark the test makes only once it
+    // has seen the first line (held back to the end, the command would run into its timeout).
+    const streamed = await new Promise<{ code: number | null; out: string }>((resolve, reject) => {
+      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--timeout', '30', '--', 'sh', '-c', 'rm -f /tmp/go; echo first; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo second'], { env: { ...cleanEnv, ...env } });
+      let out = '';
+      let marked = false;
+      child.stdout.on('data', (b: Buffer) => {
+        out += b;
+        if (!marked && out.includes('first\n')) {
+          marked = true;
+          void host.call('POST', '/v1/projects/cli/boxes/web/exec', { body: { command: ['touch', '/tmp/go'] } }).catch(reject);
+        }
+      });
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, out }));
+    });
+    t.same(streamed, { code: 0, out: 'first\nsecond\n' }, 'the first line came while the command ran');
+    // Byte for byte: 3 MB of random bytes, and a slow reader (a pipe read later) loses none.
+    const made = await run('exec', 'web', ...p, '--', 'sh', '-c', 'head -c 3000000 /dev/urandom > /tmp/r && sha256sum /tmp/r');
+    const bytes = await new Promise<Buffer>((resolve, reject) => {
+      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--', 'cat', '/tmp/r'], { env: { ...cleanEnv, ...env } });
+      const chunks: Buffer[] = [];
+      child.stdout.pause();
+      setTimeout(() => child.stdout.on('data', (b: Buffer) => chunks.push(b)).resume(), 1500);
+      child.on('error', reject);
+      child.on('close', (code) => (code === 0 ? resolve(Buffer.concat(chunks)) : reject(new Error(`exit ${code}`))));
+    });
+    t.equal(bytes.length, 3000000);
+    t.equal(crypto.createHash('sha256').update(bytes).digest('hex'), made.stdout.split(' ')[0], 'the same bytes as in the box');
 
     const upd = json(await ok(t, 'update', 'web', ...p, '--tag', 'tier=back', '--tag', 'team=a', '--grace-period', '5', '--json'));
     t.same(upd.tags, { tier: 'back', team: 'a' });

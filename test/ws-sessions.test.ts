@@ -115,6 +115,22 @@ t.test('WebSocket exec and console', async (t) => {
     t.equal(left, '0\n', 'closing the socket ended the process');
   });
 
+  t.test('timeout_secs: the process and its group are killed then; the status says so', async (t) => {
+    const started = Date.now();
+    const s = await open(execUrl(['sh', '-c', 'echo started; sleep 30 & sleep 30'], '&timeout_secs=1'), auth);
+    t.same(await s.status, { exit_code: 124, timed_out: true }, 'status {"exit_code": 124, "timed_out": true}');
+    t.equal(s.out, 'started\n', 'the output before it');
+    t.ok(Date.now() - started < 15_000, 'ended at its timeout, not at the end of its sleep');
+    t.equal((await sh('ps -o args | grep -c "^sleep 30" || true')).stdout, '0\n', 'its group went with it');
+    const own = await open(execUrl(['sh', '-c', 'exit 124'], '&timeout_secs=60'), auth);
+    t.same(await own.status, { exit_code: 124 }, "a command's own 124 is not a timeout");
+    for (const bad of ['0', '3601', '1.5', 'soon']) {
+      const r = await connect(execUrl(['true'], `&timeout_secs=${bad}`), auth);
+      t.ok('refused' in r && r.refused === 400, `timeout_secs=${bad}: 400 before any upgrade`);
+      if ('refused' in r) t.equal(r.body.error.details[0].field, 'timeout_secs');
+    }
+  });
+
   t.test('no_hup: the process outlives its socket, its output dropped without holding it', async (t) => {
     // Each writes far more than a pipe holds after its socket is gone, then leaves a mark: a
     // process whose output nobody reads any more would stop at its first full pipe.
@@ -256,6 +272,9 @@ t.test('WebSocket exec and console', async (t) => {
     s.stdin.end('through the agent\n');
     t.same(await s.exited, { exitCode: 5 });
     t.equal(out, 'through the agent\n');
+    const timed = await node.execSession(box.id, { command: ['sleep', '30'], timeoutMs: 500 });
+    timed.stdin.end();
+    t.same(await timed.exited, { exitCode: 124, timedOut: true }, 'a timeout through the agent says so');
     const bad = await node.execSession(box.id, { command: ['true'], cwd: '/nonexistent' }).catch((e) => e);
     t.equal(bad.code, 'invalid_argument', 'a refusal comes back as the contract error');
 

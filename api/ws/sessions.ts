@@ -6,6 +6,7 @@ import type { ApiContext, Identity } from '../context';
 import { CONSOLE_COMMAND, ExecSession, ExecSessionRequest, openSession, relaySession } from '../../domain/sessions';
 import { validate } from '../http/route';
 import { NAME_PATTERN } from '../http/schemas';
+import { MAX_EXEC_TIMEOUT_SECS } from '../../core/box';
 
 /** The WebSocket routes (DESIGN.md §4), OpenAPI-style. */
 export const EXEC_WS_PATH = '/v1/projects/{project}/boxes/{name}/exec/ws';
@@ -33,6 +34,8 @@ const execQuery = Joi.object({
   rows: size,
   // The process outlives the socket: closing it lets go of the process instead of ending it.
   no_hup: bool.default(false),
+  // As HTTP exec's, but no default: a terminal session lasts as long as its socket.
+  timeout_secs: Joi.number().integer().min(1).max(MAX_EXEC_TIMEOUT_SECS),
   ticket: Joi.string(),
 });
 const consoleQuery = Joi.object({ user: execQuery.extract('user'), cols: size, rows: size, ticket: Joi.string() });
@@ -61,9 +64,9 @@ export async function prepareSession(api: ApiContext, req: http.IncomingMessage,
   let request: ExecSessionRequest;
   // Routes match in any case, as express matches them (`…/EXEC/WS` is the exec route).
   if (kind?.toLowerCase() === 'exec') {
-    const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number; no_hup: boolean };
+    const q = validate(execQuery, queryOf(req.url ?? '/'), 'query') as { command: string[]; tty: boolean; cwd?: string; user?: string; env?: string[]; cols?: number; rows?: number; no_hup: boolean; timeout_secs?: number };
     const env = Object.fromEntries((q.env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
-    request = { command: q.command, tty: q.tty, cwd: q.cwd, user: q.user, env, cols: q.cols, rows: q.rows, ...(q.no_hup ? { noHup: true } : {}) };
+    request = { command: q.command, tty: q.tty, cwd: q.cwd, user: q.user, env, cols: q.cols, rows: q.rows, ...(q.no_hup ? { noHup: true } : {}), ...(q.timeout_secs ? { timeoutMs: q.timeout_secs * 1000 } : {}) };
   } else {
     const q = validate(consoleQuery, queryOf(req.url ?? '/'), 'query') as { user?: string; cols?: number; rows?: number };
     request = { command: CONSOLE_COMMAND, tty: true, user: q.user, cols: q.cols ?? 80, rows: q.rows ?? 24 };

@@ -4,7 +4,7 @@ import type { ExecResult } from '../../core/apiTypes';
 import { apiPath } from '../client';
 import { action, int, keyValue, projectOption } from '../context';
 import { note, say } from '../output';
-import { attach, openSession } from '../session';
+import { attach, openSession, runDetachedFromStdin } from '../session';
 
 /** The terminal's size, when it has one: a terminal that says 0×0 (script(1), some serial
  *  consoles and CI terminals) sends none, and the box's pty keeps its default 80×24. */
@@ -51,11 +51,13 @@ function registerExec(program: Command): void {
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300, at most 3600)', int(1, MAX_EXEC_TIMEOUT_SECS))
     .addHelpText(
       'after',
-      "\nbox exits with the command's exit code. Without -i the output comes back when the command ends, as text\n(bytes that are not UTF-8 are replaced); with -i it streams as it comes, byte for byte (box exec -i web -- tar c /srv > srv.tar).\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh",
+      "\nbox exits with the command's exit code. The output streams as it comes, byte for byte (box exec web -- tar c /srv > srv.tar);\nthe command's stdin is empty unless -i attaches this one. With --json the command runs to its end and the API's result\nis printed (its output as text, bytes that are not UTF-8 replaced).\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh",
     )
     .action(
       action<ExecOptions>(async (ctx, [name, command], o) => {
-        if (o.interactive) {
+        // Streamed over the WebSocket (GET …/exec/ws) unless the API's result is asked for
+        // (--json) or the command is to run on detached without -i (its pid is the answer).
+        if (o.interactive || (!ctx.json && o.hup !== false)) {
           const q = new URLSearchParams();
           for (const c of o.shell ? ['/bin/sh', '-c', command.join(' ')] : command) q.append('command', c);
           if (o.tty) q.set('tty', '1');
@@ -63,12 +65,16 @@ function registerExec(program: Command): void {
           if (o.user) q.set('user', o.user);
           for (const [k, v] of Object.entries(o.env ?? {})) q.append('env', `${k}=${v}`);
           if (o.hup === false) q.set('no_hup', '1');
+          // A session has no timeout of its own; a plain exec keeps HTTP exec's default.
+          const timeout = o.timeout ?? (o.interactive ? undefined : DEFAULT_EXEC_TIMEOUT_SECS);
+          if (timeout) q.set('timeout_secs', String(timeout));
           if (o.tty) setTerminalSize(q);
           const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec/ws`, q);
-          ctx.exit((await attach(session, Boolean(o.tty))) & 0xff);
+          const code = o.interactive ? await attach(session, Boolean(o.tty)) : await runDetachedFromStdin(session);
+          if (session.timedOut()) note(`box: the command was stopped after its timeout of ${timeout} s (--timeout to change it)`);
+          ctx.exit(code & 0xff);
           return;
         }
-        const started = Date.now();
         const { body } = await ctx.client.post<ExecResult>(`${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec`, {
           command,
           cwd: o.cwd,
@@ -80,15 +86,7 @@ function registerExec(program: Command): void {
           timeout_secs: o.timeout,
         });
         if (ctx.json) ctx.show(body, () => undefined);
-        else if (body.detached) say(`started detached process ${body.process}`);
-        else {
-          process.stdout.write(body.stdout ?? '');
-          process.stderr.write(body.stderr ?? '');
-          if (body.truncated) note('box: the output was truncated by the server');
-          // 124 after the whole timeout: the server stopped it (a command's own 124 comes sooner).
-          const timeout = o.timeout ?? DEFAULT_EXEC_TIMEOUT_SECS;
-          if (body.exit_code === 124 && Date.now() - started >= timeout * 1000 - 500) note(`box: the command was stopped after its timeout of ${timeout} s (--timeout to change it)`);
-        }
+        else say(`started detached process ${body.process}`);
         ctx.exit(body.detached || body.exit_code < 0 ? 0 : body.exit_code & 0xff);
       }),
     );

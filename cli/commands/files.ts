@@ -61,7 +61,7 @@ export function register(program: Command): void {
               }
             })();
             let err = '';
-            const code = await session.run({ stdout: () => undefined, stderr: (b) => (err += b.toString()) });
+            const code = await session.run({ stdout: () => undefined, stderr: (b) => void (err += b.toString()) });
             await pumped;
             if (localFailure) throw new UsageError(`reading ${src} failed: ${localFailure.message}`);
             if (code !== 0) throw new UsageError(`tar in the box failed (exit ${code}): ${err.trim()}`);
@@ -94,7 +94,9 @@ export function register(program: Command): void {
             session.signal('TERM');
           });
           let err = '';
-          const code = await session.run({ stdout: (b) => through.write(b), stderr: (b) => (err += b.toString()) });
+          // The unpacking's pace is the box's: the socket is read no faster than tar takes it.
+          through.on('drain', () => session.drain());
+          const code = await session.run({ stdout: (b) => through.write(b), stderr: (b) => void (err += b.toString()) });
           through.end();
           await extracted.catch(() => undefined);
           if (extractFailure) throw new UsageError(`unpacking into ${local} failed: ${extractFailure.message}`);

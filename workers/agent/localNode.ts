@@ -81,13 +81,13 @@ export class LocalNode implements NodeClient {
     // Counted from before the start: sessions starting at once cannot all pass the cap.
     this.runningExecs++;
     try {
-      proc = await this.runtime.execStream(boxId, { command: req.command, cwd: req.cwd, env: req.env, user: req.user, tty: req.tty, stdin: true, signal: abort.signal, noHup: req.noHup });
+      proc = await this.runtime.execStream(boxId, { command: req.command, cwd: req.cwd, env: req.env, user: req.user, tty: req.tty, stdin: true, signal: abort.signal, noHup: req.noHup, timeoutMs: req.timeoutMs });
     } catch (e) {
       this.runningExecs--;
       throw contractError(e);
     }
     const exited = proc.exited.then(
-      (r) => ({ exitCode: r.exitCode }),
+      (r) => ({ exitCode: r.exitCode, ...(r.timedOut ? { timedOut: true } : {}) }),
       (e) => Promise.reject(contractError(e)),
     );
     exited.finally(() => this.runningExecs--).catch(() => undefined);
