@@ -26,3 +26,7 @@ export const configSumsOf = (r: { boxes: number | string; cpus: number | string;
   ram_mb: Number(r?.ram_mb ?? 0),
   storage_gb: Number(r?.storage_gb ?? 0),
 });
+
+/** Saved and imported bases take their size from a project's storage quota and from their
+ *  node's storage (docs/bases.md "Space"): their bytes, in whole GB rounded up. */
+export const basesGb = (bytes: number | string | null | undefined) => Math.ceil(Number(bytes ?? 0) / 1024 ** 3);

@@ -14,6 +14,8 @@ import { recipeNamed } from '../core/recipeBases';
 import { loadBox, pendingActions } from './boxes';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
+import { assertQuota } from './projects';
+import { basesGb } from '../db/json';
 
 /**
  * Bases (docs/bases.md): the built-in ones every node makes, those saved from a box (owned by
@@ -97,6 +99,10 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
   await assertNameFree(ctx.db, identity, req.name, project);
   const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
   const operation = await ctx.db.transaction(async (trx) => {
+    // Its size is known once it is made (then it counts, docs/bases.md "Space"): a save asks for
+    // a GB of the project's storage quota to be free. The project row is locked before the box,
+    // as a create and a fork lock them.
+    await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 1 });
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
     await basesRepo.lockName(trx, req.name);
     await assertNameFree(trx, identity, req.name, project);
@@ -168,7 +174,10 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
         await assertRoomForBase(trx, ctx.config.basesPerProject, owner);
+        // Its unpacked size counts from now on (the job records what it came to).
+        if (owner !== null) await assertQuota(ctx, trx, owner, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: basesGb(staged.unpackedBytes) });
         await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: owner, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
+        await basesRepo.update(trx, req.name, version, { size_bytes: staged.unpackedBytes });
       }
       return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
         // A project-limited importer follows its operation through one of its projects.

@@ -144,6 +144,36 @@ t.test('bases on a real host', async (t) => {
     t.equal((await call('DELETE', '/v1/bases/bq-given')).status, 204);
   });
 
+  t.test("a project's bases count in its storage quota (whole GB, rounded up)", async (t) => {
+    const usage = async (p: string) => {
+      const r = await call('GET', `/v1/projects/${p}`);
+      if (r.status !== 200) throw new Error(`project ${p}: ${r.status} ${r.text}`);
+      return r.body.usage.storage_gb as number;
+    };
+    const tar = (body: string) => ({ raw: archive([{ path: 'etc/x', body }]), contentType: 'application/x-tar' });
+    t.equal((await call('PUT', '/v1/projects/bspace', { quotas: { storage_gb: 1 } })).status, 200);
+    t.equal(await usage('bspace'), 0, 'nothing yet');
+    const first = await host.call('POST', '/v1/bases/import?name=bspace-a&project=bspace&wait=60', tar('a'));
+    t.equal(first.status, 200, first.text);
+    t.equal(await usage('bspace'), 1, 'a small base takes 1 GB of it');
+    const before = staged();
+    const over = await host.call('POST', '/v1/bases/import?name=bspace-b&project=bspace', tar('b'));
+    t.equal(over.status, 429, `an import past the quota: ${over.text}`);
+    t.equal(over.body.error.details[0].field, 'config.storage_gb');
+    t.ok(Number(over.headers.get('retry-after')) > 0, 'Retry-After');
+    t.same(staged(), before, 'its upload is not kept');
+    t.equal((await call('GET', '/v1/bases/bspace-b')).status, 404, 'nor a record of it');
+    // A save asks for a GB to be free: bp at its quota refuses one.
+    const bp = await usage('bp');
+    t.equal((await call('PUT', '/v1/projects/bp', { quotas: { storage_gb: bp } })).status, 200);
+    const save = await call('POST', '/v1/projects/bp/bases', { box: 'src', name: 'web-full' });
+    t.equal(save.status, 429, `a save past the quota: ${save.text}`);
+    t.equal(save.body.error.details[0].field, 'config.storage_gb');
+    t.equal((await call('PUT', '/v1/projects/bp', { quotas: { storage_gb: null } })).status, 200);
+    t.equal((await call('DELETE', '/v1/bases/bspace-a')).status, 204);
+    t.equal(await usage('bspace'), 0, 'a deleted base gives its space back');
+  });
+
   t.test('export and import round-trip; the same bytes are the same version', async (t) => {
     const tarball = await download('web');
     const names = execFileSync('tar', ['-tf', '-'], { input: tarball }).toString().split('\n');

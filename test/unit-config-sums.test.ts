@@ -33,6 +33,22 @@ async function check(t: Test, db: Db): Promise<void> {
   t.same(await projectsRepo.usage(db, 'p1'), { boxes: 3, cpus: 67, ram_mb: 1024 + 512 + 1048576, storage_gb: 10 + 5 + 10240 + 7, volumes: 1 }, 'project p1: its boxes and its volume');
   t.same(await projectsRepo.usage(db, 'p2'), { boxes: 1, cpus: 4, ram_mb: 4096, storage_gb: 100, volumes: 0 }, 'project p2');
   t.ok(Object.values(await projectsRepo.usage(db, 'p1')).every((v) => typeof v === 'number'), 'numbers, not strings');
+
+  // Saved and imported bases count by their bytes in whole GB rounded up, per project and per
+  // node; a built-in base (on every node, nobody's) counts nowhere.
+  const GiB = 1024 ** 3;
+  const base = (name: string, project: string | null, node: string | null, size: number, origin = 'saved') => ({ name, version: 'v1', size_bytes: size, created_at: 'x', state: 'ready', origin, project, node });
+  await db('bases').insert([
+    base('s1', 'p1', 'n1', 100 * 1024 ** 2),
+    base('s2', 'p1', 'n2', GiB + 1),
+    base('i1', null, 'n1', 3 * GiB, 'imported'),
+    base('busybox', null, null, 5 * GiB, 'builtin'),
+  ]);
+  const withBases = await nodesRepo.committed(db);
+  t.equal(withBases.get('n1')!.disk_gb, 10 + 100 + 10240 + 7 + Math.ceil((100 * 1024 ** 2 + 3 * GiB) / GiB), "node n1 adds its bases' 3.1 GB as 4");
+  t.equal(withBases.get('n2')!.disk_gb, 5 + 2, 'node n2 adds 1 GB and a byte as 2');
+  t.equal((await projectsRepo.usage(db, 'p1')).storage_gb, 10 + 5 + 10240 + 7 + 2, "project p1 adds its two bases' 1.1 GB as 2 (rounded once, not per base)");
+  t.equal((await projectsRepo.usage(db, 'p2')).storage_gb, 100, 'project p2 has no base');
 }
 
 t.test('sqlite', async (t) => {

@@ -1,6 +1,6 @@
 import type { Db } from '../knex';
 import { now } from '../../core/ids';
-import { boxConfigSums, configSumsOf } from '../json';
+import { basesGb, boxConfigSums, configSumsOf } from '../json';
 
 export type NodeState = 'active' | 'draining';
 
@@ -66,7 +66,8 @@ export const nodesRepo = {
     db<NodeRow>('nodes').where({ id }).update({ storage_restarts: db.raw('storage_restarts + 1') as unknown as number, storage_restarted_at: now() }),
   setState: (db: Db, id: string, state: NodeState) => db<NodeRow>('nodes').where({ id }).update({ state, updated_at: now() }),
   remove: (db: Db, id: string) => db<NodeRow>('nodes').where({ id }).delete(),
-  /** Committed resources per node id, read from the box rows and the data volumes. */
+  /** Committed resources per node id, read from the box rows, the data volumes and the bases
+   *  saved or imported there. */
   async committed(db: Db): Promise<Map<string, Committed>> {
     const rows = await db('boxes').select('node', ...boxConfigSums(db)).groupBy('node');
     const out = new Map<string, Committed>();
@@ -79,6 +80,13 @@ export const nodesRepo = {
     for (const v of volumes) {
       const cur = out.get(v.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
       cur.disk_gb += Number(v.gb);
+      out.set(v.node, cur);
+    }
+    // So do the bases saved or imported there (built-in ones, on every node, are not counted).
+    const bases = (await db('bases').whereNotNull('node').select('node').sum({ b: 'size_bytes' }).groupBy('node')) as { node: string; b: number | string }[];
+    for (const v of bases) {
+      const cur = out.get(v.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+      cur.disk_gb += basesGb(v.b);
       out.set(v.node, cur);
     }
     return out;
