@@ -90,14 +90,21 @@ export function openSession(client: Client, path: string, query: URLSearchParams
   });
 }
 
+/** How much output may wait in this process for its stdout or stderr before the session is
+ *  no longer read (back-pressure up to the box). Rather more than a stream's own 16 KiB: a
+ *  paused socket cannot answer the api's pings either, and the api keeps only a socket that
+ *  output waits on. */
+const OUTPUT_BUFFER = 4 << 20;
+
 /** This process's stdout and stderr as a session's output, with their back-pressure. */
 function toTerminal(session: CliSession): OutputHandlers & { done(): void } {
   const drain = () => session.drain();
   process.stdout.on('drain', drain);
   process.stderr.on('drain', drain);
+  const write = (out: NodeJS.WriteStream, b: Buffer) => out.write(b) || out.writableLength < OUTPUT_BUFFER;
   return {
-    stdout: (b) => process.stdout.write(b),
-    stderr: (b) => process.stderr.write(b),
+    stdout: (b) => write(process.stdout, b),
+    stderr: (b) => write(process.stderr, b),
     done: () => {
       process.stdout.off('drain', drain);
       process.stderr.off('drain', drain);
@@ -106,11 +113,12 @@ function toTerminal(session: CliSession): OutputHandlers & { done(): void } {
 }
 
 /**
- * Runs a session with its output on this process's (a plain `box exec`): its stdin ended at
- * once, as `docker exec` without -i; answers the remote exit code.
+ * Runs a session with its output on this process's (a plain `box exec`): no input, as `docker
+ * exec` without -i (a pipe's stdin ended at once; a terminal's left open, as an end there
+ * would be a typed ^D); answers the remote exit code.
  */
-export async function runDetachedFromStdin(session: CliSession): Promise<number> {
-  session.endStdin();
+export async function runDetachedFromStdin(session: CliSession, tty: boolean): Promise<number> {
+  if (!tty) session.endStdin();
   const out = toTerminal(session);
   try {
     return await session.run(out);

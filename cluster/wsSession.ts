@@ -13,6 +13,8 @@ const HIGH_WATER = 1 << 20;
 const HARD_LIMIT = 16 << 20;
 /** A peer that answers no ping for this long is gone (a laptop closed, a NAT that forgot). */
 const PING_MS = 30_000;
+/** Test-only seam: a shorter ping interval for sessions opened while it is set. */
+const pingMs = () => Number(process.env.BOXHOST_TEST_WS_PING_MS) || PING_MS;
 
 /** The socket under a `ws` WebSocket (ws 7 has no pause of its own). */
 
@@ -84,7 +86,7 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
   const overflow = setInterval(() => {
     if (session.stdin.writableLength > HARD_LIMIT) ws.close(1008, 'stdin not taken');
   }, 250);
-  const ping = keepAlive(ws);
+  const ping = keepAlive(ws, () => pending > 0);
   // The peer hanging up lets go of a no_hup process; the api's relay of a session that must end
   // (its client never completed the upgrade) says so with KILL_CLOSE_CODE.
   ws.on('close', (code: number) => {
@@ -186,15 +188,20 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
   };
 }
 
-/** Pings the peer every PING_MS; one that has not answered the last ping is cut off. */
-function keepAlive(ws: WebSocket): NodeJS.Timeout {
+/**
+ * Pings the peer every PING_MS; one that has not answered the last ping is cut off, unless
+ * output is waiting for it (`waiting`): a peer that does not read, for back-pressure (a CLI
+ * whose stdout is a paused pager), cannot answer either, and is slow rather than gone (a
+ * peer that is gone fails the socket's writes in the end).
+ */
+function keepAlive(ws: WebSocket, waiting: () => boolean = () => false): NodeJS.Timeout {
   let alive = true;
   ws.on('pong', () => (alive = true));
   const timer = setInterval(() => {
-    if (!alive) return ws.terminate();
+    if (!alive && !waiting() && ws.bufferedAmount === 0) return ws.terminate();
     alive = false;
     if (ws.readyState === ws.OPEN) ws.ping();
-  }, PING_MS);
+  }, pingMs());
   timer.unref();
   return timer;
 }

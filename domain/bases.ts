@@ -99,11 +99,11 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
   await assertNameFree(ctx.db, identity, req.name, project);
   const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
   const operation = await ctx.db.transaction(async (trx) => {
-    // Its size is known once it is made (then it counts, docs/bases.md "Space"): a save asks for
-    // a GB of the project's storage quota to be free. The project row is locked before the box,
-    // as a create and a fork lock them.
-    await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 1 });
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
+    // Its size is known once it is made (then it counts, docs/bases.md "Space"): a save asks for
+    // a GB of the project's storage quota to be free. Locks: the box, its project, the name (as
+    // a volume attach locks box then project, and an import project then name).
+    await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 1 });
     await basesRepo.lockName(trx, req.name);
     await assertNameFree(trx, identity, req.name, project);
     await assertRoomForBase(trx, ctx.config.basesPerProject, project);
@@ -168,14 +168,19 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
   const version = staged.sha256.slice(0, 12);
   try {
     const operation = await ctx.db.transaction(async (trx) => {
+      // Its unpacked size counts from now on (the job records what it came to): the GB it adds
+      // to the project's bases, rounded up over all of them (the same bytes again add nothing).
+      // The project row is locked first.
+      if (owner !== null && !(await basesRepo.getAny(trx, req.name, version))) {
+        const had = await basesRepo.bytesOwned(trx, owner);
+        await assertQuota(ctx, trx, owner, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: basesGb(had + staged.unpackedBytes) - basesGb(had) });
+      }
       // Again, now that the upload is in: a project may have saved under the name meanwhile.
       await basesRepo.lockName(trx, req.name);
       await assertNameFree(trx, identity, req.name, owner);
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
         await assertRoomForBase(trx, ctx.config.basesPerProject, owner);
-        // Its unpacked size counts from now on (the job records what it came to).
-        if (owner !== null) await assertQuota(ctx, trx, owner, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: basesGb(staged.unpackedBytes) });
         await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: owner, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
         await basesRepo.update(trx, req.name, version, { size_bytes: staged.unpackedBytes });
       }

@@ -156,6 +156,14 @@ t.test('bases on a real host', async (t) => {
     const first = await host.call('POST', '/v1/bases/import?name=bspace-a&project=bspace&wait=60', tar('a'));
     t.equal(first.status, 200, first.text);
     t.equal(await usage('bspace'), 1, 'a small base takes 1 GB of it');
+    const second = await host.call('POST', '/v1/bases/import?name=bspace-a&project=bspace&wait=60', tar('a2'));
+    t.equal(second.status, 200, `a second small one fits in the same GB: ${second.text}`);
+    t.equal(await usage('bspace'), 1, 'rounded up once over all of them, not per base');
+    t.equal((await call('PUT', '/v1/projects/bspace', { quotas: { storage_gb: 0 } })).status, 200);
+    const again = await host.call('POST', '/v1/bases/import?name=bspace-a&project=bspace&wait=60', tar('a2'));
+    t.equal(again.status, 200, `the same bytes again add nothing: ${again.text}`);
+    t.equal((await call('DELETE', '/v1/bases/bspace-a')).status, 204);
+    t.equal(await usage('bspace'), 0, 'a deleted base gives its space back');
     const before = staged();
     const over = await host.call('POST', '/v1/bases/import?name=bspace-b&project=bspace', tar('b'));
     t.equal(over.status, 429, `an import past the quota: ${over.text}`);
@@ -170,8 +178,6 @@ t.test('bases on a real host', async (t) => {
     t.equal(save.status, 429, `a save past the quota: ${save.text}`);
     t.equal(save.body.error.details[0].field, 'config.storage_gb');
     t.equal((await call('PUT', '/v1/projects/bp', { quotas: { storage_gb: null } })).status, 200);
-    t.equal((await call('DELETE', '/v1/bases/bspace-a')).status, 204);
-    t.equal(await usage('bspace'), 0, 'a deleted base gives its space back');
   });
 
   t.test('export and import round-trip; the same bytes are the same version', async (t) => {

@@ -77,6 +77,18 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
     t.equal(down.code, 0, `down (${down.stderr.trim()})`);
     t.equal(sha(fs.readFileSync(path.join(back, 'a', 'b', 'deep.bin'))), sha(fs.readFileSync(path.join(src, 'a', 'b', 'deep.bin'))), 'a nested file, the same bytes');
     t.equal(fs.readlinkSync(path.join(back, 'link')), 'top.txt', 'a link stays a link');
+    // Unpacking that fails here (a 64 KiB filesystem, the tree is 200 KB) ends the copy with the
+    // reason: the socket, paused for the unpacking's pace, is read on to the box's status.
+    const small = path.join(work, 'small');
+    fs.mkdirSync(small);
+    await run(['mount', '-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', small]);
+    try {
+      const full = await box(['cp', 'web:/srv/tree', path.join(small, 't')], env);
+      t.equal(full.code, 1, 'a failed unpacking fails the copy');
+      t.match(full.stderr.toString(), /unpacking into \S+ failed/);
+    } finally {
+      await run(['umount', small]);
+    }
     const rm = await box(['files', 'rm', 'web', '/srv/tree', '-r'], env);
     t.equal(rm.code, 0);
     t.equal((await box(['files', 'stat', 'web', '/srv/tree'], env)).code, 1, 'box files rm -r: gone');

@@ -321,6 +321,10 @@ t.test('box CLI against a real host', async (t) => {
     const noPublish = await run('open', 'web', 'zz', ...p);
     t.equal(noPublish.code, 1, 'a publish that is not there is not a usage error');
     t.match(noPublish.stderr, /^error: box web publishes nothing/m);
+    // A terminal without -i gets no input, and no end of it either (an end on a terminal is a
+    // typed ^D, which would end cat at once): cat waits until the timeout.
+    const tty = await run('exec', 'web', ...p, '-t', '--timeout', '2', '--', 'cat');
+    t.equal(tty.code, 124, `no ^D typed into the terminal (${tty.stderr.trim()})`);
     const own = await run('exec', 'web', ...p, '--', 'sh', '-c', 'exit 124');
     t.equal(own.code, 124);
     t.equal(own.stderr, '', "the command's own 124 is not called a timeout");

@@ -37,18 +37,18 @@ function registerExec(program: Command): void {
   projectOption(
     program
       .command('exec <name> <command...>')
-      .description('run a command in a running box (POST /v1/projects/{project}/boxes/{name}/exec); put -- before the command')
+      .description('run a command in a running box, its output streamed (GET …/boxes/{name}/exec/ws; --json: POST …/exec); put -- before the command')
       .usage('[options] <name> -- <command> [args...]')
       .showHelpAfterError('(put -- before the command: box exec NAME -- COMMAND ARGS...)'),
   )
     .option('--cwd <dir>', 'working directory (absolute)')
     .option('--env <KEY=VALUE>', 'environment variable (repeatable)', keyValue)
     .option('--user <user>', 'run as this box-local user')
-    .option('-i, --interactive', 'attach: stream stdin to the command and its output back as it runs (WebSocket)')
+    .option('-i, --interactive', "attach this stdin to the command's (else it gets none)")
     .option('-t, --tty', 'allocate a pseudo-terminal (with -i: this terminal, raw, resized with the window)')
     .option('--shell', 'run the command words joined by spaces under /bin/sh -c')
     .option('--no-hup', 'start the command detached and return at once with its pid (with -i: it keeps running when box exits or the connection drops)')
-    .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; server default 300, at most 3600)', int(1, MAX_EXEC_TIMEOUT_SECS))
+    .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124; default 300, none with -i; at most 3600)', int(1, MAX_EXEC_TIMEOUT_SECS))
     .addHelpText(
       'after',
       "\nbox exits with the command's exit code. The output streams as it comes, byte for byte (box exec web -- tar c /srv > srv.tar);\nthe command's stdin is empty unless -i attaches this one. With --json the command runs to its end and the API's result\nis printed (its output as text, bytes that are not UTF-8 replaced).\nExamples: box exec web -- ls -la /\n          box exec -it web -- sh",
@@ -70,7 +70,7 @@ function registerExec(program: Command): void {
           if (timeout) q.set('timeout_secs', String(timeout));
           if (o.tty) setTerminalSize(q);
           const session = await openSession(ctx.client, `${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', name)}/exec/ws`, q);
-          const code = o.interactive ? await attach(session, Boolean(o.tty)) : await runDetachedFromStdin(session);
+          const code = o.interactive ? await attach(session, Boolean(o.tty)) : await runDetachedFromStdin(session, Boolean(o.tty));
           if (session.timedOut()) note(`box: the command was stopped after its timeout of ${timeout} s (--timeout to change it)`);
           ctx.exit(code & 0xff);
           return;

@@ -63,8 +63,8 @@ export function register(program: Command): void {
             let err = '';
             const code = await session.run({ stdout: () => undefined, stderr: (b) => void (err += b.toString()) });
             await pumped;
-            if (localFailure) throw new UsageError(`reading ${src} failed: ${localFailure.message}`);
-            if (code !== 0) throw new UsageError(`tar in the box failed (exit ${code}): ${err.trim()}`);
+            if (localFailure) throw new Error(`reading ${src} failed: ${localFailure.message}`);
+            if (code !== 0) throw new Error(`tar in the box failed (exit ${code}): ${err.trim()}`);
             return;
           }
           const target = to.path.endsWith('/') ? path.posix.join(to.path, path.basename(src)) : to.path;
@@ -87,20 +87,21 @@ export function register(program: Command): void {
           const session = await openSession(ctx.client, `${boxPath(ctx, o.project, f.box)}/exec/ws`, q);
           session.endStdin();
           const through = new PassThrough();
-          const extracted = pipeline(through, progress(`${src} → ${local}`), tar.x({ cwd: local }));
+          const extracted = pipeline(through, progress(`${src} → ${local}`), tar.x({ cwd: local, strict: true }));
           let extractFailure: Error | undefined;
           extracted.catch((e: Error) => {
             extractFailure = e;
             session.signal('TERM');
+            session.drain(); // what still comes is dropped: read on to the status
           });
           let err = '';
           // The unpacking's pace is the box's: the socket is read no faster than tar takes it.
           through.on('drain', () => session.drain());
-          const code = await session.run({ stdout: (b) => through.write(b), stderr: (b) => void (err += b.toString()) });
+          const code = await session.run({ stdout: (b) => extractFailure !== undefined || through.write(b), stderr: (b) => void (err += b.toString()) });
           through.end();
           await extracted.catch(() => undefined);
-          if (extractFailure) throw new UsageError(`unpacking into ${local} failed: ${extractFailure.message}`);
-          if (code !== 0) throw new UsageError(`tar in the box failed (exit ${code}): ${err.trim()}`);
+          if (extractFailure) throw new Error(`unpacking into ${local} failed: ${extractFailure.message}`);
+          if (code !== 0) throw new Error(`tar in the box failed (exit ${code}): ${err.trim()}`);
           return;
         }
         const res = await ctx.client.stream('GET', filesPath(ctx, o.project, f.box), { path: f.path });

@@ -56,6 +56,9 @@ export const basesRepo = {
     await db<BaseRow>('bases').where({ name, version }).delete();
   },
   /** Versions (any state) saved in `project`, or imported (`null`). */
+  /** The bytes of `project`'s bases (what its storage quota counts, db/json.ts basesGb). */
+  bytesOwned: async (db: Db, project: string) =>
+    Number(((await db<BaseRow>('bases').where({ project }).first(db.raw('coalesce(sum(size_bytes), 0) as b'))) as { b: number | string } | undefined)?.b ?? 0),
   countOwned: async (db: Db, project: string | null) =>
     Number((await (project === null ? db<BaseRow>('bases').whereNull('project').whereNot({ origin: 'builtin' }) : db<BaseRow>('bases').where({ project })).count<{ n: number | string }[]>({ n: '*' }))[0]?.n ?? 0),
   /** Any version of a name, whatever its state (who owns the name). */

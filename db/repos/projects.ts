@@ -2,6 +2,7 @@ import type { Db } from '../knex';
 import { now } from '../../core/ids';
 import { isUniqueViolation } from '../errors';
 import { basesGb, boxConfigSums, configSumsOf } from '../json';
+import { basesRepo } from './bases';
 
 export interface ProjectRow {
   name: string;
@@ -35,8 +36,7 @@ export const projectsRepo = {
   async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes: number }> {
     const vols = (await db('data_volumes').where({ project: name }).first(db.raw('count(*) as n'), db.raw('coalesce(sum(quota_gb), 0) as gb'))) as { n: number | string; gb: number | string } | undefined;
     const sums = configSumsOf(await db('boxes').where({ project: name }).first(boxConfigSums(db)));
-    const bases = (await db('bases').where({ project: name }).first(db.raw('coalesce(sum(size_bytes), 0) as b'))) as { b: number | string } | undefined;
-    return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0) + basesGb(bases?.b), volumes: Number(vols?.n ?? 0) };
+    return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0) + basesGb(await basesRepo.bytesOwned(db, name)), volumes: Number(vols?.n ?? 0) };
   },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
   /** Projects come into being with their first box; this finds (`lock`: as `get`) or makes one

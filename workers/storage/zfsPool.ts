@@ -392,9 +392,11 @@ export class ZfsPool {
   private async closeHostOnly(): Promise<void> {
     for (const child of HOST_ONLY) {
       const ds = `${this.root}/${child}`;
-      await this.d.ensureMounted(ds);
-      const dir = await this.d.prop(ds, 'mountpoint');
-      if (!path.isAbsolute(dir)) continue; // legacy/none: nothing mounted to close
+      // Mounted if it can be; one that cannot (a directory left under it) is said, not fatal:
+      // what is under it is not mounted through it either.
+      await this.d.ensureMounted(ds).catch((e: Error) => this.d.log.warn({ dataset: ds, err: e.message }, `could not mount ${ds} to close its directory`));
+      const [dir, mounted] = await Promise.all([this.d.prop(ds, 'mountpoint'), this.d.prop(ds, 'mounted')]);
+      if (!path.isAbsolute(dir) || mounted !== 'yes') continue; // legacy/none: nothing to close
       await ownDir(dir, 0, 0, 0o700);
     }
   }

@@ -352,7 +352,13 @@ export class BoxdClient {
       abortTimer ??= setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end an aborted process')), ABORT_GRACE_MS);
     };
     const answerTimer = setTimeout(() => fail(new BoxAgentUnavailableError(`boxd did not start the process within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
-    const wedgedTimer = req.timeoutMs > 0 ? setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end a process past its timeout')), req.timeoutMs + TIMEOUT_GRACE_MS) : undefined;
+    // boxd sends the exit after the output: while a slow reader holds the output back (the
+    // socket paused), the exit waiting behind it is no sign of a wedged agent.
+    const wedged = (): void => {
+      if (sock.isPaused() && !finished) wedgedTimer = setTimeout(wedged, TIMEOUT_GRACE_MS);
+      else fail(new BoxAgentUnavailableError('boxd did not end a process past its timeout'));
+    };
+    let wedgedTimer = req.timeoutMs > 0 ? setTimeout(wedged, req.timeoutMs + TIMEOUT_GRACE_MS) : undefined;
     const end = () => {
       finished = true;
       clearTimeout(answerTimer);
