@@ -123,6 +123,10 @@ export async function stageTar(input: Readable, file: string, limits: TarLimits 
     input.unpipe(counted);
     counted.destroy();
     out.destroy();
+    // A refusal can come before the file is even open (the first entry is refused while the open
+    // is under way on a loaded host): removed once the stream has closed, or the open made it
+    // again after the removal, and the upload was left behind.
+    if (!out.closed) await new Promise<void>((r) => out.once('close', () => r()));
     await fs.promises.rm(file, { force: true });
     throw e;
   }
