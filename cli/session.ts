@@ -2,10 +2,6 @@ import WebSocket from 'ws';
 import { Channel, parseWsFrame, rawSocket, WS_SUBPROTOCOL, wsFrame, wsJson } from '../core/wsChannel';
 import { ApiError, ConnectionError, type Client } from './client';
 
-/**
- * A WebSocket session of the api (exec/ws, console) from the CLI: the token in the header
- * (the CLI can set headers; tickets are for browsers), refusals read as the api's errors.
- */
 /** Where a session's output goes: a handler answering false is full (a stream's `write`), and
  *  the session reads nothing more until `drain` is called (back-pressure up to the box). */
 export interface OutputHandlers {
@@ -13,6 +9,10 @@ export interface OutputHandlers {
   stderr(b: Buffer): boolean | void;
 }
 
+/**
+ * A WebSocket session of the api (exec/ws, console) from the CLI: the token in the header
+ * (the CLI can set headers; tickets are for browsers), refusals read as the api's errors.
+ */
 export interface CliSession {
   ws: WebSocket;
   /** Calls for each stdout/stderr chunk, then resolves with the exit code. */

@@ -16,8 +16,6 @@ const PING_MS = 30_000;
 /** Test-only seam: a shorter ping interval for sessions opened while it is set. */
 const pingMs = () => Number(process.env.BOXHOST_TEST_WS_PING_MS) || PING_MS;
 
-/** The socket under a `ws` WebSocket (ws 7 has no pause of its own). */
-
 /**
  * Relays a session over a WebSocket in the `boxhost.v1.channel` framing (core/wsChannel.ts):
  * what the api does for its client, and a node agent for the api. Back-pressure both ways: the

@@ -172,8 +172,8 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
       // to the project's bases, rounded up over all of them (the same bytes again add nothing).
       // The project row is locked first.
       if (owner !== null && !(await basesRepo.getAny(trx, req.name, version))) {
-        const had = await basesRepo.bytesOwned(trx, owner);
-        await assertQuota(ctx, trx, owner, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: basesGb(had + staged.unpackedBytes) - basesGb(had) });
+        const owned = await basesRepo.bytesOwned(trx, owner);
+        await assertQuota(ctx, trx, owner, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: basesGb(owned + staged.unpackedBytes) - basesGb(owned) });
       }
       // Again, now that the upload is in: a project may have saved under the name meanwhile.
       await basesRepo.lockName(trx, req.name);
@@ -181,8 +181,7 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
       const had = await basesRepo.getAny(trx, req.name, version);
       if (!had) {
         await assertRoomForBase(trx, ctx.config.basesPerProject, owner);
-        await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: owner, node: nodeId, sha256: staged.sha256, created_by: identity.name, ...provenance(req) });
-        await basesRepo.update(trx, req.name, version, { size_bytes: staged.unpackedBytes });
+        await basesRepo.reserve(trx, { name: req.name, version, origin: 'imported', project: owner, node: nodeId, sha256: staged.sha256, created_by: identity.name, size_bytes: staged.unpackedBytes, ...provenance(req) });
       }
       return ctx.queue.enqueue(trx, baseJobs.import.of({ name: req.name, version, token: staged.token }), {
         // A project-limited importer follows its operation through one of its projects.

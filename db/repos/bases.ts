@@ -40,8 +40,10 @@ export const basesRepo = {
     await db<BaseRow>('bases').insert({ ...NO_META, ...b, created_at: now(), state: 'ready', origin: 'builtin', project: null, node: null, sha256: null, created_by: null }).onConflict(['name', 'version']).ignore();
   },
   /** Takes name@version for a base being made; false when it is taken. */
-  async reserve(db: Db, row: Omit<BaseRow, 'state' | 'size_bytes' | 'created_at'>): Promise<boolean> {
-    const inserted = await db<BaseRow>('bases').insert({ ...row, state: 'making', size_bytes: 0, created_at: now() }).onConflict(['name', 'version']).ignore().returning('name');
+  /** `size_bytes`: what it is expected to take (an import's unpacked size), counted until the
+   *  job records what it came to; else 0. */
+  async reserve(db: Db, row: Omit<BaseRow, 'state' | 'size_bytes' | 'created_at'> & { size_bytes?: number }): Promise<boolean> {
+    const inserted = await db<BaseRow>('bases').insert({ size_bytes: 0, ...row, state: 'making', created_at: now() }).onConflict(['name', 'version']).ignore().returning('name');
     return inserted.length > 0;
   },
   async markReady(db: Db, name: string, version: string, sizeBytes: number): Promise<void> {
@@ -55,10 +57,10 @@ export const basesRepo = {
   async remove(db: Db, name: string, version: string): Promise<void> {
     await db<BaseRow>('bases').where({ name, version }).delete();
   },
-  /** Versions (any state) saved in `project`, or imported (`null`). */
   /** The bytes of `project`'s bases (what its storage quota counts, db/json.ts basesGb). */
   bytesOwned: async (db: Db, project: string) =>
     Number(((await db<BaseRow>('bases').where({ project }).first(db.raw('coalesce(sum(size_bytes), 0) as b'))) as { b: number | string } | undefined)?.b ?? 0),
+  /** Versions (any state) saved in `project`, or imported (`null`). */
   countOwned: async (db: Db, project: string | null) =>
     Number((await (project === null ? db<BaseRow>('bases').whereNull('project').whereNot({ origin: 'builtin' }) : db<BaseRow>('bases').where({ project })).count<{ n: number | string }[]>({ n: '*' }))[0]?.n ?? 0),
   /** Any version of a name, whatever its state (who owns the name). */

@@ -75,20 +75,17 @@ export const nodesRepo = {
       const s = configSumsOf(r);
       out.set(r.node, { cpus: s.cpus, ram_mb: s.ram_mb, disk_gb: s.storage_gb, boxes: s.boxes });
     }
+    const addDisk = (node: string, gb: number) => {
+      const cur = out.get(node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
+      cur.disk_gb += gb;
+      out.set(node, cur);
+    };
     // Data volumes take their quota from their node's storage too (docs/data.md).
     const volumes = (await db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node')) as { node: string; gb: number | string }[];
-    for (const v of volumes) {
-      const cur = out.get(v.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
-      cur.disk_gb += Number(v.gb);
-      out.set(v.node, cur);
-    }
+    for (const v of volumes) addDisk(v.node, Number(v.gb));
     // So do the bases saved or imported there (built-in ones, on every node, are not counted).
     const bases = (await db('bases').whereNotNull('node').select('node').sum({ b: 'size_bytes' }).groupBy('node')) as { node: string; b: number | string }[];
-    for (const v of bases) {
-      const cur = out.get(v.node) ?? { cpus: 0, ram_mb: 0, disk_gb: 0, boxes: 0 };
-      cur.disk_gb += basesGb(v.b);
-      out.set(v.node, cur);
-    }
+    for (const b of bases) addDisk(b.node, basesGb(b.b));
     return out;
   },
 };
