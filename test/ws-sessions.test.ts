@@ -159,7 +159,29 @@ t.test('WebSocket exec and console', async (t) => {
     const total = 256 * 1024 * 1024;
     // Pings every 250 ms: the 3 s the client does not read (and so answers none) span twelve.
     process.env.BOXHOST_TEST_WS_PING_MS = '250';
-    const ws = new WebSocket(execUrl(['sh', '-c', `head -c ${total} /dev/zero; echo END`]), WS_SUBPROTOCOL, { headers: auth });
+    // A 503 at the start (seen twice in a dozen runs, late in this file: boxd did not start the
+    // process within its 10 s; its cause is not found yet) is tried again, as a 503 asks,
+    // and said: what this test is about starts once the session has.
+    const start = () =>
+      new Promise<WebSocket>((resolve, reject) => {
+        const s = new WebSocket(execUrl(['sh', '-c', `head -c ${total} /dev/zero; echo END`]), WS_SUBPROTOCOL, { headers: auth });
+        s.once('open', () => resolve(s));
+        s.once('error', reject);
+        s.once('unexpected-response', (_req, res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => reject(Object.assign(new Error(`refused ${res.statusCode}: ${body}`), { status: res.statusCode })));
+        });
+      });
+    let ws: WebSocket | undefined;
+    for (let attempt = 0; !ws; attempt++) {
+      ws = await start().catch(async (e: Error & { status?: number }) => {
+        if (e.status !== 503 || attempt >= 2) throw e;
+        t.comment(`the session's start answered ${e.message}; trying again`);
+        await sleep(1000);
+        return undefined;
+      });
+    }
     let bytes = 0;
     let tail = Buffer.alloc(0);
     let exitCode: unknown;
@@ -172,9 +194,8 @@ t.test('WebSocket exec and console', async (t) => {
           exitCode = JSON.parse(d.subarray(1).toString()).exit_code;
           resolve();
         }
-      }) && ws.once('close', () => resolve()),
+      }) && ws!.once('close', () => resolve()),
     );
-    await new Promise((r) => ws.once('open', r));
     // The client stops reading (its socket paused) for 3 s while the box writes 256 MiB.
     const sock = (ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
     sock.pause();
