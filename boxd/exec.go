@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,10 +21,6 @@ const (
 	maxArgLen = MaxFrame
 	outputBuf = 32 << 10
 	maxID     = 1<<32 - 2
-	// After the process has exited, its output is read on until the pipes end, but not past a
-	// quiet moment nor past a bound while a background child of it keeps them open.
-	drainQuiet = 200 * time.Millisecond
-	drainMax   = 3 * time.Second
 )
 
 func validate(req *ExecRequest) *Failure {
@@ -169,10 +164,8 @@ type execState struct {
 	stdin   *os.File // our end of the process's stdin (pipe or pty master), or nil
 	ptm     *os.File
 	outputs sync.WaitGroup
-	lastOut time.Time
-	outMu   sync.Mutex
 	outs    []*os.File // what the pumps read
-	writing int32      // pumps waiting for the node to take a frame
+	sends   sendClock  // time the pumps wait for the node to take a frame (drain.go)
 }
 
 func (st *execState) closeOutputs() {
@@ -409,23 +402,18 @@ func (st *execState) pump(r *os.File, t byte) {
 		n, err := r.Read(buf)
 		if n > 0 {
 			// Time spent waiting for the node to take the output is not quiet: the drain
-			// after exit counts only time the pumps wait for the process's pipes. Once the
-			// node has let go of a no_hup process its output is dropped, but its pipe is still
-			// emptied (a full pipe would stop the process).
-			if !dropping {
-				atomic.AddInt32(&st.writing, 1)
-				werr := st.w.Write(t, buf[:n])
-				atomic.AddInt32(&st.writing, -1)
-				if werr != nil {
-					if !st.req.NoHup {
-						return
-					}
-					dropping = true
+			// after exit counts only time the pumps wait for the process's pipes (drain.go).
+			// Once the node has let go of a no_hup process its output is dropped, but its pipe
+			// is still emptied (a full pipe would stop the process), and that is output too.
+			st.sends.begin()
+			if !dropping && st.w.Write(t, buf[:n]) != nil {
+				if !st.req.NoHup {
+					st.sends.end()
+					return
 				}
+				dropping = true
 			}
-			st.outMu.Lock()
-			st.lastOut = time.Now()
-			st.outMu.Unlock()
+			st.sends.end()
 		}
 		if err != nil {
 			return
@@ -546,42 +534,6 @@ func (st *execState) run(status <-chan syscall.WaitStatus) <-chan struct{} {
 	}
 	_ = st.w.JSON(FrameExit, exit)
 	return nodeGone
-}
-
-// drain waits for the output pumps: to the end of the pipes, or a quiet moment, or drainMax.
-func (st *execState) drain() {
-	done := make(chan struct{})
-	go func() {
-		st.outputs.Wait()
-		close(done)
-	}()
-	start := time.Now()
-	st.outMu.Lock()
-	st.lastOut = start
-	st.outMu.Unlock()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case now := <-tick.C:
-			st.outMu.Lock()
-			if atomic.LoadInt32(&st.writing) > 0 {
-				// The node is slow, not the process: neither bound runs meanwhile.
-				st.lastOut = now
-				start = start.Add(25 * time.Millisecond)
-			}
-			quiet := now.Sub(st.lastOut)
-			st.outMu.Unlock()
-			if quiet > drainQuiet || now.Sub(start) > drainMax {
-				// Reads in flight end with the descriptors closed under them.
-				st.closeOutputs()
-				<-done
-				return
-			}
-		}
-	}
 }
 
 // stdinQueue holds what the node sent for stdin until the writer has written it; bounded by the

@@ -13,7 +13,7 @@ import (
 )
 
 // Version is boxd's own version, told in the hello.
-var Version = "1.3.0"
+var Version = "1.3.1"
 
 const listenFD = 3
 

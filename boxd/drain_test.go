@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sink stands for the node's end of the connection: it keeps what it is sent, and can be slow.
+type sink struct {
+	mu    sync.Mutex
+	got   bytes.Buffer
+	delay time.Duration // how long the first write waits (a node whose client does not read)
+	first bool
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	wait := !s.first
+	s.first = true
+	s.mu.Unlock()
+	if wait {
+		time.Sleep(s.delay)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got.Write(p)
+}
+
+// payload is what the sink got, frame headers taken off.
+func (s *sink) payload(t *testing.T) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []byte
+	r := bytes.NewReader(s.got.Bytes())
+	for r.Len() > 0 {
+		f, err := ReadFrame(r)
+		if err != nil {
+			t.Fatalf("a frame the sink cannot read: %v", err)
+		}
+		out = append(out, f.Payload...)
+	}
+	return out
+}
+
+// exited makes the state of a process that has exited with `data` left in its stdout pipe,
+// whose write end stays open when `held` (a background child of it).
+func exited(t *testing.T, data []byte, s *sink, held bool) (*execState, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		_ = w.Close()
+	}
+	t.Cleanup(func() {
+		_ = w.Close()
+		_ = r.Close()
+	})
+	st := &execState{w: &Writer{w: s}, req: &ExecRequest{}, outs: []*os.File{r}}
+	st.outputs.Add(1)
+	return st, w
+}
+
+// A pump not yet scheduled when the drain starts (a loaded host) finds the output still there:
+// what waits unread in the pipe is not a quiet moment.
+func TestDrainWaitsForUnreadOutput(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 10_000)
+	s := &sink{}
+	st, _ := exited(t, data, s, false)
+	go func() {
+		time.Sleep(3 * drainQuiet)
+		st.pump(st.outs[0], FrameStdout)
+	}()
+	st.drain()
+	if got := s.payload(t); len(got) != len(data) {
+		t.Fatalf("the drain cut the output: %d bytes of %d", len(got), len(data))
+	}
+}
+
+// A node that takes its frames slowly (its client does not read) is not the process keeping
+// the drain: the time a send waits counts toward neither bound, however long.
+func TestDrainDoesNotCountTheNodesTime(t *testing.T) {
+	data := bytes.Repeat([]byte("y"), outputBuf+1000) // two reads, the pipe holding both
+	s := &sink{delay: drainMax + time.Second}
+	st, _ := exited(t, data, s, false)
+	go st.pump(st.outs[0], FrameStdout)
+	st.drain()
+	if got := s.payload(t); len(got) != len(data) {
+		t.Fatalf("the drain cut the output: %d bytes of %d", len(got), len(data))
+	}
+}
+
+// A background child that holds the pipe open and writes nothing: the drain ends after a quiet
+// moment, with what was there sent.
+func TestDrainEndsOnAQuietPipe(t *testing.T) {
+	s := &sink{}
+	st, _ := exited(t, []byte("before\n"), s, true)
+	go st.pump(st.outs[0], FrameStdout)
+	t0 := time.Now()
+	st.drain()
+	if d := time.Since(t0); d < drainQuiet || d > drainMax {
+		t.Fatalf("the drain of a quiet pipe took %v (quiet bound %v)", d, drainQuiet)
+	}
+	if got := string(s.payload(t)); got != "before\n" {
+		t.Fatalf("sent %q", got)
+	}
+}
+
+// A background child that writes on and on: the drain ends at drainMax.
+func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
+	s := &sink{}
+	st, w := exited(t, []byte("a"), s, true)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		chunk := bytes.Repeat([]byte("z"), 512)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	go st.pump(st.outs[0], FrameStdout)
+	t0 := time.Now()
+	st.drain()
+	if d := time.Since(t0); d < drainMax || d > drainMax+time.Second {
+		t.Fatalf("the drain of a writer that goes on took %v (bound %v)", d, drainMax)
+	}
+}
