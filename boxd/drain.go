@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -77,9 +78,35 @@ func unread(f *os.File) int {
 	return int(n)
 }
 
+// capacity is what a process can leave in f when it exits: a pipe's size (F_GETPIPE_SZ: a
+// process may have grown it), or for a terminal its line buffer and the tty layer's (4 KiB and
+// 64 KiB in Linux), rounded up.
+func capacity(f *os.File) int64 {
+	const fallback = 128 << 10
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fallback
+	}
+	size := int64(fallback)
+	_ = rc.Control(func(fd uintptr) {
+		if n, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, fGetPipeSz, 0); e == 0 && int64(n) > 0 {
+			size = int64(n)
+		}
+	})
+	return size
+}
+
+// fGetPipeSz is F_GETPIPE_SZ (Linux; not in package syscall).
+const fGetPipeSz = 1032
+
 // drain waits for the output pumps: to the end of the pipes, or a quiet moment, or drainMax.
-// Quiet means no send in flight, nothing unread in the pipes (the pumps may not have been
-// scheduled yet on a loaded host) and no send ended for drainQuiet.
+//   - Quiet: no send in flight, nothing unread in the pipes (the pumps may not have been
+//     scheduled yet on a loaded host) and no send ended for drainQuiet.
+//   - drainMax: time not spent waiting for the node. What the process itself left in its pipes
+//     is finite (their capacity): while no more than that has been read since its exit and some
+//     is still unread, the bound waits (a pump the host has not scheduled loses nothing). Past
+//     it, what comes is a background child's, and its sends count too: a child that writes on
+//     to a slow reader does not hold the exec open for ever.
 func (st *execState) drain() {
 	done := make(chan struct{})
 	go func() {
@@ -88,22 +115,37 @@ func (st *execState) drain() {
 	}()
 	start := time.Now()
 	spentAtStart, _, _ := st.sends.at(start)
-	tick := time.NewTicker(drainTick)
-	defer tick.Stop()
+	readAtStart := atomic.LoadInt64(&st.read)
+	var own int64
+	for _, f := range st.outs {
+		own += capacity(f)
+	}
+	ticks := st.drainTicks
+	if ticks == nil {
+		tick := time.NewTicker(drainTick)
+		defer tick.Stop()
+		ticks = tick.C
+	}
 	lastSeen := start // the last moment something was sent or waited to be read
 	for {
 		select {
 		case <-done:
 			return
-		case now := <-tick.C:
+		case <-ticks:
+			now := time.Now() // not the tick's time: it may have waited (a loaded host)
 			spent, busy, lastEnd := st.sends.at(now)
-			if busy || st.anyUnread() {
+			unread := st.anyUnread()
+			if busy || unread {
 				lastSeen = now
 			} else if lastEnd.After(lastSeen) {
 				lastSeen = lastEnd
 			}
-			processTime := now.Sub(start) - (spent - spentAtStart)
-			if now.Sub(lastSeen) > drainQuiet || processTime > drainMax {
+			elapsed := now.Sub(start)
+			ownLeft := atomic.LoadInt64(&st.read)-readAtStart <= own
+			if ownLeft {
+				elapsed -= spent - spentAtStart
+			}
+			if now.Sub(lastSeen) > drainQuiet || (elapsed > drainMax && !(ownLeft && unread)) {
 				// Reads in flight end with the descriptors closed under them.
 				st.closeOutputs()
 				<-done

@@ -13,6 +13,7 @@ type sink struct {
 	mu    sync.Mutex
 	got   bytes.Buffer
 	delay time.Duration // how long the first write waits (a node whose client does not read)
+	each  time.Duration // how long every write waits (a slow reader)
 	first bool
 }
 
@@ -24,6 +25,7 @@ func (s *sink) Write(p []byte) (int, error) {
 	if wait {
 		time.Sleep(s.delay)
 	}
+	time.Sleep(s.each)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.got.Write(p)
@@ -85,11 +87,15 @@ func TestDrainWaitsForUnreadOutput(t *testing.T) {
 }
 
 // A node that takes its frames slowly (its client does not read) is not the process keeping
-// the drain: the time a send waits counts toward neither bound, however long.
+// the drain: the time a send waits counts toward neither bound, however long, and however
+// late the drain's ticks come (a loaded host: here 1 s apart).
 func TestDrainDoesNotCountTheNodesTime(t *testing.T) {
 	data := bytes.Repeat([]byte("y"), outputBuf+1000) // two reads, the pipe holding both
-	s := &sink{delay: drainMax + time.Second}
+	s := &sink{delay: drainMax + 2*time.Second}
 	st, _ := exited(t, data, s, false)
+	late := time.NewTicker(time.Second)
+	defer late.Stop()
+	st.drainTicks = late.C
 	go st.pump(st.outs[0], FrameStdout)
 	st.drain()
 	if got := s.payload(t); len(got) != len(data) {
@@ -138,5 +144,65 @@ func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
 	st.drain()
 	if d := time.Since(t0); d < drainMax || d > drainMax+time.Second {
 		t.Fatalf("the drain of a writer that goes on took %v (bound %v)", d, drainMax)
+	}
+}
+
+// A background child that writes on to a slow reader: past what the process could have left in
+// its pipe, the time its sends wait counts too, and the drain ends at drainMax.
+func TestDrainEndsAtItsBoundOnAWriterThatGoesOnToASlowNode(t *testing.T) {
+	s := &sink{each: 20 * time.Millisecond}
+	st, w := exited(t, []byte("a"), s, true)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		chunk := bytes.Repeat([]byte("z"), 4096)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	go st.pump(st.outs[0], FrameStdout)
+	t0 := time.Now()
+	st.drain()
+	if d := time.Since(t0); d < drainMax || d > drainMax+time.Second {
+		t.Fatalf("the drain of a writer that goes on to a slow node took %v (bound %v)", d, drainMax)
+	}
+}
+
+// Output a late pump finds is not cut by drainMax either while it is what the process left.
+func TestDrainWaitsPastItsBoundForWhatTheProcessLeft(t *testing.T) {
+	data := bytes.Repeat([]byte("w"), 20_000)
+	s := &sink{}
+	st, _ := exited(t, data, s, false)
+	go func() {
+		time.Sleep(drainMax + 500*time.Millisecond)
+		st.pump(st.outs[0], FrameStdout)
+	}()
+	st.drain()
+	if got := s.payload(t); len(got) != len(data) {
+		t.Fatalf("the drain cut the output: %d bytes of %d", len(got), len(data))
+	}
+}
+
+// Output waits for "started": a pump whose process wrote at once sends nothing before it.
+func TestPumpSendsNothingBeforeStarted(t *testing.T) {
+	s := &sink{}
+	st, _ := exited(t, []byte("early\n"), s, false)
+	st.started = make(chan struct{})
+	go st.pump(st.outs[0], FrameStdout)
+	time.Sleep(300 * time.Millisecond)
+	if got := s.payload(t); len(got) != 0 {
+		t.Fatalf("sent before started: %q", got)
+	}
+	st.startedSent()
+	st.outputs.Wait()
+	if got := string(s.payload(t)); got != "early\n" {
+		t.Fatalf("sent after started: %q", got)
 	}
 }

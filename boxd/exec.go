@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -166,6 +167,23 @@ type execState struct {
 	outputs sync.WaitGroup
 	outs    []*os.File // what the pumps read
 	sends   sendClock  // time the pumps wait for the node to take a frame (drain.go)
+	// Closed once "started" is sent (or will never be): no output frame goes before it. The
+	// node stops reading a connection whose output is not taken, and takes none before it
+	// knows the pid: a pump that wrote first could fill the socket and hold the writer's lock
+	// that "started" waits on (seen: a flood of output answered 503 "boxd did not start the
+	// process within 10 s" on a loaded host).
+	started     chan struct{}
+	startedOnce sync.Once
+	read        int64            // bytes the pumps have read (atomic)
+	drainTicks  <-chan time.Time // tests: the drain's ticks (nil: every drainTick)
+}
+
+func (st *execState) startedSent() {
+	st.startedOnce.Do(func() {
+		if st.started != nil {
+			close(st.started)
+		}
+	})
 }
 
 func (st *execState) closeOutputs() {
@@ -218,8 +236,9 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		return
 	}
 
-	st := &execState{c: c, w: w, req: req}
-	var files []*os.File // the child's stdio
+	st := &execState{c: c, w: w, req: req, started: make(chan struct{})}
+	defer st.startedSent() // on every way out: no pump waits for ever
+	var files []*os.File   // the child's stdio
 	var parentEnds []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -302,6 +321,7 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 	closeAll(uniq(files))
 	if err != nil {
 		closeAll(parentEnds)
+		st.startedSent()
 		st.outputs.Wait()
 		if !canEnter(cwd, req.UID, gids) {
 			_ = w.JSON(FrameError, cwdFailure(req))
@@ -322,7 +342,9 @@ func (s *Server) exec(c net.Conn, w *Writer, req *ExecRequest) {
 		return
 	}
 	st.pid = pid
-	if err := w.JSON(FrameStarted, Started{Pid: pid}); err != nil {
+	err = w.JSON(FrameStarted, Started{Pid: pid})
+	st.startedSent()
+	if err != nil {
 		if !req.Detach {
 			killGroup(pid, syscall.SIGKILL)
 		}
@@ -400,6 +422,12 @@ func (st *execState) pump(r *os.File, t byte) {
 	dropping := false
 	for {
 		n, err := r.Read(buf)
+		if n > 0 {
+			atomic.AddInt64(&st.read, int64(n))
+		}
+		if n > 0 && st.started != nil {
+			<-st.started // output goes after "started" (a closed channel: at once)
+		}
 		if n > 0 {
 			// Time spent waiting for the node to take the output is not quiet: the drain
 			// after exit counts only time the pumps wait for the process's pipes (drain.go).

@@ -159,43 +159,42 @@ t.test('WebSocket exec and console', async (t) => {
     const total = 256 * 1024 * 1024;
     // Pings every 250 ms: the 3 s the client does not read (and so answers none) span twelve.
     process.env.BOXHOST_TEST_WS_PING_MS = '250';
-    // A 503 at the start (seen twice in a dozen runs, late in this file: boxd did not start the
-    // process within its 10 s; its cause is not found yet) is tried again, as a 503 asks,
-    // and said: what this test is about starts once the session has.
-    const start = () =>
-      new Promise<WebSocket>((resolve, reject) => {
-        const s = new WebSocket(execUrl(['sh', '-c', `head -c ${total} /dev/zero; echo END`]), WS_SUBPROTOCOL, { headers: auth });
-        s.once('open', () => resolve(s));
-        s.once('error', reject);
-        s.once('unexpected-response', (_req, res) => {
-          let body = '';
-          res.on('data', (c: Buffer) => (body += c.toString()));
-          res.on('end', () => reject(Object.assign(new Error(`refused ${res.statusCode}: ${body}`), { status: res.statusCode })));
-        });
-      });
-    let ws: WebSocket | undefined;
-    for (let attempt = 0; !ws; attempt++) {
-      ws = await start().catch(async (e: Error & { status?: number }) => {
-        if (e.status !== 503 || attempt >= 2) throw e;
-        t.comment(`the session's start answered ${e.message}; trying again`);
-        await sleep(1000);
-        return undefined;
-      });
-    }
+    // A refusal fails with its body. (A 503 here, "boxd did not start the process within 10 s",
+    // was seen twice in a dozen runs: boxd could send this flood's output ahead of `started`,
+    // and the node reads none before it; boxd 1.3.1 sends `started` first, docs/boxd.md.)
+    // The counting starts with the socket, not after `open` is awaited: frames that came in the
+    // upgrade's own read are emitted before an await resumes, and were lost to the count (a
+    // short count, exit 0: a CI failure of this test).
     let bytes = 0;
     let tail = Buffer.alloc(0);
     let exitCode: unknown;
-    const status = new Promise<void>((resolve) =>
-      ws.on('message', (d: Buffer) => {
-        if (d[0] === Channel.stdout) {
-          bytes += d.length - 1;
-          tail = Buffer.concat([tail, d.subarray(1)]).subarray(-8);
-        } else if (d[0] === Channel.status) {
-          exitCode = JSON.parse(d.subarray(1).toString()).exit_code;
-          resolve();
-        }
-      }) && ws!.once('close', () => resolve()),
-    );
+    let closed = 'open';
+    let status!: Promise<void>;
+    const ws = await new Promise<WebSocket>((resolve, reject) => {
+      const s = new WebSocket(execUrl(['sh', '-c', `head -c ${total} /dev/zero; echo END`]), WS_SUBPROTOCOL, { headers: auth });
+      status = new Promise<void>((done) => {
+        s.on('message', (d: Buffer) => {
+          if (d[0] === Channel.stdout) {
+            bytes += d.length - 1;
+            tail = Buffer.concat([tail, d.subarray(1)]).subarray(-8);
+          } else if (d[0] === Channel.status) {
+            exitCode = JSON.parse(d.subarray(1).toString()).exit_code;
+            done();
+          }
+        });
+        s.once('close', (code: number, reason: Buffer) => {
+          closed = `closed ${code} ${reason.toString()}`;
+          done();
+        });
+      });
+      s.once('open', () => resolve(s));
+      s.once('error', reject);
+      s.once('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => reject(new Error(`refused ${res.statusCode}: ${body}`)));
+      });
+    });
     // The client stops reading (its socket paused) for 3 s while the box writes 256 MiB.
     const sock = (ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
     sock.pause();
@@ -213,7 +212,7 @@ t.test('WebSocket exec and console', async (t) => {
     sock.resume();
     await status;
     delete process.env.BOXHOST_TEST_WS_PING_MS;
-    t.equal(exitCode, 0, 'read again: the process ran to its end (a reader that answered no ping meanwhile is kept: output waits on it)');
+    t.equal(exitCode, 0, `read again: the process ran to its end (a reader that answered no ping meanwhile is kept: output waits on it; ${closed})`);
     t.equal(bytes, total + 4, 'every byte arrived (256 MiB and the end mark)');
     t.equal(tail.subarray(-4).toString(), 'END\n', 'in order, the end mark last');
     ws.close();

@@ -291,6 +291,7 @@ export class BoxdClient {
     let connected = false;
     let finished = false;
     let pid = 0;
+    let started = false;
     let lastTyped = 0x0a;
     let resolvePid!: (pid: number) => void;
     const pidKnown = new Promise<number>((r) => (resolvePid = r));
@@ -379,13 +380,17 @@ export class BoxdClient {
     const handle = (f: DecodedFrame) => {
       switch (f.type) {
         case Frame.started:
+          started = true;
           clearTimeout(answerTimer);
           pid = intField(frameJson(f), 'pid', 0, MAX_PID);
           resolvePid(pid);
           return;
         case Frame.stdout:
         case Frame.stderr:
-          if (!(f.type === Frame.stdout ? stdout : stderr).push(f.payload)) sock.pause();
+          // Not paused before `started`: the caller takes no output before it knows the pid,
+          // and a boxd before 1.3.1 could send output first (a flood then filled the socket
+          // ahead of `started`, and the exec answered 503 at the answer timeout).
+          if (!(f.type === Frame.stdout ? stdout : stderr).push(f.payload) && started) sock.pause();
           return;
         case Frame.exit: {
           const o = frameJson(f);
