@@ -29,6 +29,7 @@ export const KILL_CLOSE_CODE = 4001;
 
 export function bridgeSession(ws: WebSocket, session: ExecSession): void {
   let pending = 0;
+  let lastSent = 0;
   let closed = false;
   const outputs = [session.stdout, session.stderr];
   const sent = (n: number) => () => {
@@ -39,6 +40,7 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
     stream.on('data', (d: Buffer) => {
       if (closed) return;
       pending += d.length;
+      lastSent = Date.now();
       ws.send(wsFrame(channel, d), sent(d.length));
       if (pending > HIGH_WATER) for (const s of outputs) s.pause();
     });
@@ -84,7 +86,10 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
   const overflow = setInterval(() => {
     if (session.stdin.writableLength > HARD_LIMIT) ws.close(1008, 'stdin not taken');
   }, 250);
-  const ping = keepAlive(ws, () => pending > 0);
+  // Output waits on the peer while some is not yet in the kernel's buffers, and while the
+  // kernel's buffers may hold some it has not read: a process slower than the buffers fill
+  // leaves nothing pending between its writes, to a peer that has read nothing for minutes.
+  const ping = keepAlive(ws, () => pending > 0 || Date.now() - lastSent < 2 * pingMs());
   // The peer hanging up lets go of a no_hup process; the api's relay of a session that must end
   // (its client never completed the upgrade) says so with KILL_CLOSE_CODE.
   ws.on('close', (code: number) => {
@@ -151,7 +156,9 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
       else finish(null, Number.isInteger(code) && code >= -1 && code <= 255 ? code : -1, o?.timed_out === true);
     }
   });
-  const ping = keepAlive(ws);
+  // While output waits here for a slow consumer the socket is not read, pongs included: the
+  // node is not gone for that (before, a consumer slow for a minute lost its relayed session).
+  const ping = keepAlive(ws, () => [stdout, stderr].some((o) => o.readableLength + o.writableLength > 0));
   ws.on('close', () => {
     clearInterval(ping);
     finish(new Error('the node closed the session without its status'));
@@ -190,11 +197,14 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
  * Pings the peer every PING_MS; one that has not answered the last ping is cut off, unless
  * output is waiting for it (`waiting`): a peer that does not read, for back-pressure (a CLI
  * whose stdout is a paused pager), cannot answer either, and is slow rather than gone (a
- * peer that is gone fails the socket's writes in the end).
+ * peer that is gone fails the socket's writes in the end, once TCP gives up).
  */
 function keepAlive(ws: WebSocket, waiting: () => boolean = () => false): NodeJS.Timeout {
   let alive = true;
+  // Whatever comes in says the peer is there: a pong that waited behind megabytes of output in
+  // the socket is read only after them.
   ws.on('pong', () => (alive = true));
+  ws.on('message', () => (alive = true));
   const timer = setInterval(() => {
     if (!alive && !waiting() && ws.bufferedAmount === 0) return ws.terminate();
     alive = false;

@@ -218,6 +218,23 @@ t.test('WebSocket exec and console', async (t) => {
     ws.close();
   });
 
+  t.test('a client that reads nothing while a slow process writes a little is kept', async (t) => {
+    // A line every 100 ms: the kernel's buffers take each at once, so no output waits in the
+    // api between them, while the client, not reading, answers no ping (every 250 ms here). It
+    // was cut off (1006) after two pings; output sent lately is output waiting on it.
+    process.env.BOXHOST_TEST_WS_PING_MS = '250';
+    t.teardown(() => delete process.env.BOXHOST_TEST_WS_PING_MS);
+    const s = await open(execUrl(['sh', '-c', 'for i in $(seq 1 25); do echo line $i; sleep 0.1; done']), auth);
+    let closed = 'open';
+    s.ws.once('close', (code: number) => (closed = `closed ${code}`));
+    const sock = (s.ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
+    sock.pause();
+    await sleep(3000);
+    sock.resume();
+    t.same(await Promise.race([s.status, sleep(10_000).then(() => ({ waited: closed }))]), { exit_code: 0 }, `the process ran to its end (${closed})`);
+    t.equal(s.out.split('\n').filter(Boolean).length, 25, 'every line');
+  });
+
   t.test('the console: a login shell on a terminal', async (t) => {
     const c = await open(`${base}${P}/w/console?cols=100&rows=30`, auth);
     await c.waitFor(/[#$] $/);
@@ -316,6 +333,20 @@ t.test('WebSocket exec and console', async (t) => {
     t.equal(seen, 'done\n', 'released: the process ran to its end');
     await sleep(500);
     t.equal((await sh('test -e /tmp/relay-killed && echo left || echo none')).stdout, 'none\n', 'closed: the process was ended, no_hup or not');
+
+    // A consumer that takes nothing for 3 s (pings every 250 ms): the api, which then reads
+    // nothing from the agent, pongs included, keeps the session (it was cut off after two).
+    process.env.BOXHOST_TEST_WS_PING_MS = '250';
+    const total = 8 << 20;
+    const flood = await node.execSession(box.id, { command: ['sh', '-c', `head -c ${total} /dev/zero; echo END`] });
+    delete process.env.BOXHOST_TEST_WS_PING_MS;
+    flood.stdin.end();
+    await sleep(3000);
+    let got = 0;
+    flood.stdout.on('data', (d: Buffer) => (got += d.length));
+    flood.stderr.resume();
+    t.same(await flood.exited.catch((e: Error) => e.message), { exitCode: 0 }, 'a consumer slow for 3 s keeps its relayed session');
+    t.equal(got, total + 4, 'every byte');
   });
 
   t.test('an expired ticket: 401 before any upgrade', async (t) => {
