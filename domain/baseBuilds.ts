@@ -11,9 +11,10 @@ import { BUILD_BOX_TAG } from '../core/box';
 import { baseJobs } from '../jobs/baseJobs';
 import { assertProject, canSeeProject } from './access';
 import { resolveBase } from './baseResolve';
-import { assertNameFree, assertRoomForBase, buildVersion } from './bases';
+import { assertNameFree, assertRoomForBase, buildVersion, NEW_BASE } from './bases';
 import { changeBoxState, createBox } from './boxes';
 import { defaultRevision, pinnedRevision } from './packs';
+import { assertQuota } from './projects';
 
 /**
  * Base builds (docs/bases.md "Builds"): the script runs in a temporary box made from the parent
@@ -110,8 +111,13 @@ export async function startBuild(ctx: DomainContext, identity: Identity, req: St
     if (users > 0) throw new BoxhostError('conflict', `base ${base}@${version} is in use by ${users} box${users === 1 ? '' : 'es'}; a forced rebuild would replace it under them`, [{ field: 'force', issue: `${users} box(es) were made from it` }]);
   }
 
+  // A new version asks for a GB, as a save does (docs/bases.md "Space"): of its node's
+  // promised storage (507) and of its project's quota (429; the project locked before the name,
+  // as an import does).
+  if (!existing && parent.node) await ctx.nodes.assertRoom(parent.node, NEW_BASE);
   // The build's record and its base version first (the name is taken from now on).
   await ctx.db.transaction(async (trx) => {
+    if (!existing && owner !== null) await assertQuota(ctx, trx, owner, { boxes: 0, ...NEW_BASE });
     await basesRepo.lockName(trx, base);
     await assertNameFree(trx, identity, base, owner);
     if (!existing) {

@@ -57,10 +57,9 @@ const provenance = (p: BaseProvenance) => ({
   ...Object.fromEntries(Object.entries(p).filter(([k, v]) => k in NO_META && v !== undefined)),
 });
 
-/**
- * A name belongs to one owner: every version of `name` is the same project's (or everyone's).
- * Built-in names are the nodes' own.
- */
+/** What a new base whose size is not known yet asks of its project's quota and its node. */
+export const NEW_BASE = { cpus: 0, ram_mb: 0, storage_gb: 1 } as const;
+
 /** Each project's saves hold at most BOXHOST_BASES_MAX_PER_PROJECT versions, and so do all
  *  imports together (their space is shared): one more → 409. */
 export async function assertRoomForBase(db: DomainContext['db'], max: number, owner: string | null): Promise<void> {
@@ -69,6 +68,10 @@ export async function assertRoomForBase(db: DomainContext['db'], max: number, ow
   }
 }
 
+/**
+ * A name belongs to one owner: every version of `name` is the same project's (or everyone's).
+ * Built-in names are the nodes' own.
+ */
 export async function assertNameFree(db: DomainContext['db'], identity: Identity, name: string, owner: string | null): Promise<void> {
   if (recipeNamed(name)) throw conflict(`base name ${name} is a built-in base's; pick another name`);
   const any = await basesRepo.anyOf(db, name);
@@ -97,13 +100,15 @@ export async function saveBase(ctx: DomainContext, identity: Identity, project: 
   const current = await loadBox(ctx, identity, project, req.box);
   await ctx.nodes.assertUp(current.node);
   await assertNameFree(ctx.db, identity, req.name, project);
+  // A GB of its node's promised storage too (507 when it has none: docs/bases.md "Space").
+  await ctx.nodes.assertRoom(current.node, NEW_BASE);
   const version = req.parent_alias && req.script ? buildVersion(req.parent_alias, req.parent_version ?? null, req.script) : crypto.randomBytes(6).toString('hex');
   const operation = await ctx.db.transaction(async (trx) => {
     const box = await loadBox({ db: trx }, identity, project, req.box, { lock: true });
     // Its size is known once it is made (then it counts, docs/bases.md "Space"): a save asks for
     // a GB of the project's storage quota to be free. Locks: the box, its project, the name (as
     // a volume attach locks box then project, and an import project then name).
-    await assertQuota(ctx, trx, project, { boxes: 0, cpus: 0, ram_mb: 0, storage_gb: 1 });
+    await assertQuota(ctx, trx, project, { boxes: 0, ...NEW_BASE });
     await basesRepo.lockName(trx, req.name);
     await assertNameFree(trx, identity, req.name, project);
     await assertRoomForBase(trx, ctx.config.basesPerProject, project);
@@ -167,6 +172,11 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
   const staged = await node.stageBaseImport(data);
   const version = staged.sha256.slice(0, 12);
   try {
+    // Its node's promised storage has room for its unpacked size (507 when not), unless this
+    // version is there already.
+    if (!(await basesRepo.getAny(ctx.db, req.name, version))) {
+      await ctx.nodes.assertRoom(nodeId, { cpus: 0, ram_mb: 0, storage_gb: Math.max(1, basesGb(staged.unpackedBytes)) });
+    }
     const operation = await ctx.db.transaction(async (trx) => {
       // Its unpacked size counts from now on (the job records what it came to): the GB it adds
       // to the project's bases, rounded up over all of them (the same bytes again add nothing).

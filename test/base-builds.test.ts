@@ -38,6 +38,24 @@ t.test('base builds on a real host', async (t) => {
     t.equal((await call('GET', '/v1/base-builds/bb_nope')).status, 404);
   });
 
+  t.test("a new version asks for a GB of its project's storage quota, as a save does", async (t) => {
+    t.equal((await call('PUT', '/v1/projects/bbfull', { quotas: { storage_gb: 0 } })).status, 200);
+    const r = await call('POST', '/v1/base-builds', { base: 'bbfull-x', parent: 'busybox', script: 'true', project: 'bbfull' });
+    t.equal(r.status, 429, r.text);
+    t.equal(r.body.error.code, 'rate_limited');
+    t.match(r.body.error.message, /storage_gb 0 of 0 used, 1 more asked/, 'refused at the start, for the base');
+    t.same(r.body.error.details, [{ field: 'config.storage_gb', issue: "over the project's quota of 0" }]);
+    t.ok(Number(r.headers.get('retry-after')) > 0, 'Retry-After');
+    t.equal((await call('GET', '/v1/bases/bbfull-x')).status, 404, 'no base');
+    // Control: with room it starts (a GB for the base, and the temporary box's 2 GB: it is a
+    // box of the project while the script runs).
+    t.equal((await call('PUT', '/v1/projects/bbfull', { quotas: { storage_gb: 3 } })).status, 200);
+    const ok = await call('POST', '/v1/base-builds', { base: 'bbfull-x', parent: 'busybox', script: 'true', project: 'bbfull' });
+    t.equal(ok.status, 202, ok.text);
+    t.equal((await waitOp(ok)).status, 'succeeded');
+    t.equal((await call('DELETE', '/v1/bases/bbfull-x')).status, 204);
+  });
+
   const script = 'echo built > /etc/built\necho first line\nsleep 1\necho second line >&2\n';
   let buildId = '';
 

@@ -180,6 +180,34 @@ t.test('bases on a real host', async (t) => {
     t.equal((await call('PUT', '/v1/projects/bp', { quotas: { storage_gb: null } })).status, 200);
   });
 
+  t.test('a base asks its node for room too: 507 when the node has promised all its storage', async (t) => {
+    const tar = (body: string) => ({ raw: archive([{ path: 'etc/x', body }]), contentType: 'application/x-tar' });
+    const node = (await call('GET', '/v1/nodes/local')).body;
+    const free = node.allocatable.disk_gb - node.committed.disk_gb;
+    t.ok(free > 0, `the node has ${free} GB it may still promise`);
+    // A data volume with no project takes the rest (its quota is a promise, not space used).
+    const fill = await call('POST', '/v1/data', { name: 'bnode-fill', size_gb: free });
+    t.equal(fill.status, 201, fill.text);
+    const before = staged();
+    const imp = await host.call('POST', '/v1/bases/import?name=bnode-a&project=bnode', tar('a'));
+    t.equal(imp.status, 507, `an import: ${imp.text}`);
+    t.equal(imp.body.error.code, 'insufficient_storage');
+    t.same(imp.body.error.details, [{ field: 'config.storage_gb', issue: 'no node has room for it' }]);
+    t.same(staged(), before, 'its upload is not kept');
+    t.equal((await call('GET', '/v1/bases/bnode-a')).status, 404, 'nor a record of it');
+    const save = await call('POST', '/v1/projects/bp/bases', { box: 'src', name: 'bnode-saved' });
+    t.equal(save.status, 507, `a save: ${save.text}`);
+    t.equal(save.body.error.code, 'insufficient_storage');
+    t.equal((await call('GET', '/v1/bases/bnode-saved')).status, 404, 'no base reserved');
+    // Control: with the volume gone the same import goes in.
+    const del = await call('DELETE', '/v1/data/bnode-fill');
+    t.ok([202, 204].includes(del.status), `the volume deleted: ${del.status}`);
+    if (del.status === 202) await call('GET', `/v1/operations/${del.headers.get('operation-id')}/wait?timeout=60`);
+    const ok = await host.call('POST', '/v1/bases/import?name=bnode-a&project=bnode&wait=60', tar('a'));
+    t.equal(ok.status, 200, ok.text);
+    t.equal((await call('DELETE', '/v1/bases/bnode-a')).status, 204);
+  });
+
   t.test('export and import round-trip; the same bytes are the same version', async (t) => {
     const tarball = await download('web');
     const names = execFileSync('tar', ['-tf', '-'], { input: tarball }).toString().split('\n');
