@@ -10,9 +10,9 @@ import (
 )
 
 // After the process has exited, its output is read on until the pipes end, but not past a
-// quiet moment nor past a bound while a background child of it keeps them open. Both count only
-// the process's side: time the pumps wait for the node to take a frame (a slow client) is not
-// quiet and does not count toward drainMax, or a slow reader would lose the output's end.
+// quiet moment nor past a bound while a background child of it keeps them open. Time the pumps
+// wait for the node to take a frame (a slow client) is not quiet, and does not count toward
+// drainMax while what is read is what the process itself left (drain, below).
 const (
 	drainQuiet = 200 * time.Millisecond
 	drainMax   = 3 * time.Second
@@ -155,9 +155,22 @@ func (st *execState) drain() {
 	}
 }
 
+func (st *execState) pumpEnded(f *os.File) {
+	st.endedMu.Lock()
+	defer st.endedMu.Unlock()
+	if st.ended == nil {
+		st.ended = map[*os.File]bool{}
+	}
+	st.ended[f] = true
+}
+
+// anyUnread: whether a pump still running has bytes waiting in its pipe. One that has returned
+// (its send failed: the node is gone) leaves what is there to no one, and it waits for nothing.
 func (st *execState) anyUnread() bool {
+	st.endedMu.Lock()
+	defer st.endedMu.Unlock()
 	for _, f := range st.outs {
-		if unread(f) > 0 {
+		if !st.ended[f] && unread(f) > 0 {
 			return true
 		}
 	}

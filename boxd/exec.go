@@ -174,8 +174,10 @@ type execState struct {
 	// process within 10 s" on a loaded host).
 	started     chan struct{}
 	startedOnce sync.Once
-	read        int64            // bytes the pumps have read (atomic)
-	drainTicks  <-chan time.Time // tests: the drain's ticks (nil: every drainTick)
+	read        int64 // bytes the pumps have read (atomic)
+	endedMu     sync.Mutex
+	ended       map[*os.File]bool // pumps that have returned, by what they read
+	drainTicks  <-chan time.Time  // tests: the drain's ticks (nil: every drainTick)
 }
 
 func (st *execState) startedSent() {
@@ -418,6 +420,7 @@ func killGroup(pid int, sig syscall.Signal) {
 // pump sends what the process writes, frame by frame; a slow node slows the process down.
 func (st *execState) pump(r *os.File, t byte) {
 	defer st.outputs.Done()
+	defer st.pumpEnded(r) // what it leaves in its pipe is read by no one (drain.go)
 	buf := make([]byte, outputBuf)
 	dropping := false
 	for {
@@ -429,8 +432,8 @@ func (st *execState) pump(r *os.File, t byte) {
 			<-st.started // output goes after "started" (a closed channel: at once)
 		}
 		if n > 0 {
-			// Time spent waiting for the node to take the output is not quiet: the drain
-			// after exit counts only time the pumps wait for the process's pipes (drain.go).
+			// Time spent waiting for the node to take the output is not quiet, and the drain
+			// after exit counts it toward its bound only past what the process left (drain.go).
 			// Once the node has let go of a no_hup process its output is dropped, but its pipe
 			// is still emptied (a full pipe would stop the process), and that is output too.
 			st.sends.begin()

@@ -165,9 +165,12 @@ export async function importBase(ctx: DomainContext, identity: Identity, req: Im
   await assertRoomForBase(ctx.db, ctx.config.basesPerProject, owner);
   const existing = await basesRepo.anyOf(ctx.db, req.name);
   // A name's versions stay together on one node when they can (its first one's).
+  // A new name goes to a node with a GB of room; a name's node is asked for one before the
+  // upload is read (and for all it takes once it is in, below).
   const nodeId = existing?.node && !(await ctx.nodes.downNodes([existing.node])).has(existing.node)
     ? existing.node
-    : await ctx.nodes.place(ctx.config.region, { cpus: 0, ram_mb: 0, storage_gb: 0 });
+    : await ctx.nodes.place(ctx.config.region, NEW_BASE);
+  await ctx.nodes.assertRoom(nodeId, NEW_BASE);
   const node = await ctx.nodes.client(nodeId);
   const staged = await node.stageBaseImport(data);
   const version = staged.sha256.slice(0, 12);

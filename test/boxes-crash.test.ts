@@ -36,7 +36,7 @@ import { createDrivers } from '../workers/setup';
 const PART = process.env.BOXHOST_TEST_CRASH_PART === 'more' ? 'more' : 'steps';
 const inPart = (part: 'steps' | 'more') => PART === part;
 
-t.test('a worker killed at each step of create, fork and delete converges after restart', async (t) => {
+t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and delete converges after restart' : 'a worker killed in a snapshot, a restore, a base, a volume copy converges after restart', async (t) => {
   const host = await startTestHost(t, {}, { roles: ['api'] });
   const cfg = host.config;
   let worker: WorkerProcess = await startWorkerProcess(host);

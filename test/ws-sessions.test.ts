@@ -337,6 +337,7 @@ t.test('WebSocket exec and console', async (t) => {
     // A consumer that takes nothing for 3 s (pings every 250 ms): the api, which then reads
     // nothing from the agent, pongs included, keeps the session (it was cut off after two).
     process.env.BOXHOST_TEST_WS_PING_MS = '250';
+    t.teardown(() => delete process.env.BOXHOST_TEST_WS_PING_MS);
     const total = 8 << 20;
     const flood = await node.execSession(box.id, { command: ['sh', '-c', `head -c ${total} /dev/zero; echo END`] });
     delete process.env.BOXHOST_TEST_WS_PING_MS;

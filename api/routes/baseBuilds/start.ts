@@ -27,6 +27,8 @@ export default defineRoute<StartBaseBuildRequest, { wait?: number }>({
     403: { description: 'a shared base name and a project-limited token' },
     404: { description: 'the pack form names a pack that is not installed; a project this token cannot reach (as if it did not exist)' },
     409: { description: 'the base name belongs to another project; the version is being made; force while boxes use the version' },
+    429: { description: "a new version and the project's storage quota has no GB free (Retry-After)" },
+    507: { description: "a new version and its parent's node has no GB of storage left to promise" },
   },
   handler: async ({ api, identity, body, query }) => {
     const { start, operation } = await startBuild(api, identity, body);

@@ -36,6 +36,8 @@ export default defineRoute<unknown, ImportRequest & { wait?: number }, unknown>(
     404: { description: 'a project the token does not reach' },
     409: { description: 'the name belongs to another owner (a project, every project) or a built-in base' },
     413: { description: 'the body is larger than BOXHOST_BASE_IMPORT_MAX_BYTES (the JSON form: 64 MiB), or it unpacks to more than BOXHOST_BASE_MAX_GB' },
+    429: { description: "past the project's storage quota once unpacked (Retry-After); the upload is dropped" },
+    507: { description: 'its node has no room for its unpacked size (asked for a GB before the upload, for all of it once in); the upload is dropped' },
   },
   handler: async ({ api, identity, query, req, res }) => {
     try {

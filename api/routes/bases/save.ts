@@ -19,7 +19,9 @@ export default defineRoute<SaveBaseRequest, { wait?: number }, { project: string
     ...acceptedBaseResponses,
     404: { description: 'no such box' },
     409: { description: 'the box is not running or stopped; the name belongs to another project, an imported or a built-in base; this version exists' },
+    429: { description: "the project's storage quota has no GB free (Retry-After)" },
     503: { description: "the box's node is not answering" },
+    507: { description: "the box's node has no GB of storage left to promise" },
   },
   handler: async ({ api, identity, params, body, query }) => baseReply(api, await saveBase(api, identity, params.project, body), query.wait, 'save'),
 });
