@@ -123,21 +123,21 @@ func TestDrainEndsOnAQuietPipe(t *testing.T) {
 	}
 }
 
-// A background child that writes on and on: the drain ends at drainMax.
-func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
-	s := &sink{}
+// drainOfAWriterThatGoesOn: how long the drain takes while a background child writes on into
+// the pipe, in chunks of `chunk` bytes, to the node `s`.
+func drainOfAWriterThatGoesOn(t *testing.T, s *sink, chunk int) time.Duration {
 	st, w := exited(t, []byte("a"), s, true)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		chunk := bytes.Repeat([]byte("z"), 512)
+		b := bytes.Repeat([]byte("z"), chunk)
 		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if _, err := w.Write(chunk); err != nil {
+			if _, err := w.Write(b); err != nil {
 				return
 			}
 		}
@@ -145,7 +145,12 @@ func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
 	go st.pump(st.outs[0], FrameStdout)
 	t0 := time.Now()
 	st.drain()
-	if d := time.Since(t0); d < drainMax || d > drainMax+2*time.Second {
+	return time.Since(t0)
+}
+
+// A background child that writes on and on: the drain ends at drainMax.
+func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
+	if d := drainOfAWriterThatGoesOn(t, &sink{}, 512); d < drainMax || d > drainMax+2*time.Second {
 		t.Fatalf("the drain of a writer that goes on took %v (bound %v)", d, drainMax)
 	}
 }
@@ -153,27 +158,7 @@ func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
 // A background child that writes on to a slow reader: past what the process could have left in
 // its pipe, the time its sends wait counts too, and the drain ends at drainMax.
 func TestDrainEndsAtItsBoundOnAWriterThatGoesOnToASlowNode(t *testing.T) {
-	s := &sink{each: 20 * time.Millisecond}
-	st, w := exited(t, []byte("a"), s, true)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		chunk := bytes.Repeat([]byte("z"), 4096)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
-	}()
-	go st.pump(st.outs[0], FrameStdout)
-	t0 := time.Now()
-	st.drain()
-	if d := time.Since(t0); d < drainMax || d > drainMax+2*time.Second {
+	if d := drainOfAWriterThatGoesOn(t, &sink{each: 20 * time.Millisecond}, 4096); d < drainMax || d > drainMax+2*time.Second {
 		t.Fatalf("the drain of a writer that goes on to a slow node took %v (bound %v)", d, drainMax)
 	}
 }

@@ -14,9 +14,7 @@ const HARD_LIMIT = 16 << 20;
 /** A peer that answers no ping for this long is gone (a laptop closed, a NAT that forgot),
  *  unless output waits on it (`keepAlive`). */
 const PING_MS = 30_000;
-/** Pings unanswered past which output sent lately no longer keeps a peer (5 min): a process
- *  that prints now and then (`tail -f`) would keep a peer that is gone until TCP gives up. */
-const RECENT_OUTPUT_PINGS = 10;
+
 /** Test-only seam: a shorter ping interval for sessions opened while it is set. */
 const pingMs = () => Number(process.env.BOXHOST_TEST_WS_PING_MS) || PING_MS;
 
@@ -93,7 +91,11 @@ export function bridgeSession(ws: WebSocket, session: ExecSession): void {
   // Output waits on the peer while some is not yet in the kernel's buffers, and while the
   // kernel's buffers may hold some it has not read: a process slower than the buffers fill
   // leaves nothing pending between its writes, to a peer that has read nothing for minutes.
-  const ping = keepAlive(ws, (missed) => pending > 0 || (missed < RECENT_OUTPUT_PINGS && Date.now() - lastSent < 2 * pingMs()));
+  // No cap on the unanswered pings here: a client paused for minutes answers its pings only
+  // after it has read what they queued behind, when nothing is pending any more; a peer that is
+  // gone with output sent to it leaves that output unacknowledged, and TCP gives up on it
+  // (tcp_retries2: about 15 minutes).
+  const ping = keepAlive(ws, () => pending > 0 || Date.now() - lastSent < 2 * pingMs());
   // The peer hanging up lets go of a no_hup process; the api's relay of a session that must end
   // (its client never completed the upgrade) says so with KILL_CLOSE_CODE.
   ws.on('close', (code: number) => {
@@ -203,20 +205,14 @@ export function sessionOverWs(ws: WebSocket): ExecSession {
  * whose stdout is a paused pager), cannot answer either, and is slow rather than gone (a
  * peer that is gone fails the socket's writes in the end, once TCP gives up).
  */
-function keepAlive(ws: WebSocket, waiting: (missed: number) => boolean = () => false): NodeJS.Timeout {
+function keepAlive(ws: WebSocket, waiting: () => boolean = () => false): NodeJS.Timeout {
   let alive = true;
-  let missed = 0; // pings in a row unanswered
   // Whatever comes in says the peer is there: a pong that waited behind megabytes of output in
   // the socket is read only after them.
-  const answered = () => {
-    alive = true;
-    missed = 0;
-  };
-  ws.on('pong', answered);
-  ws.on('message', answered);
+  ws.on('pong', () => (alive = true));
+  ws.on('message', () => (alive = true));
   const timer = setInterval(() => {
-    if (!alive) missed++;
-    if (!alive && !waiting(missed) && ws.bufferedAmount === 0) return ws.terminate();
+    if (!alive && !waiting() && ws.bufferedAmount === 0) return ws.terminate();
     alive = false;
     if (ws.readyState === ws.OPEN) ws.ping();
   }, pingMs());
