@@ -163,7 +163,9 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
 	// What p is now, as the answer.
 	answerInfo := func() {
-		st, err := os.Lstat(p)
+		var st os.FileInfo
+		var err error
+		blocking(func() { st, err = os.Lstat(p) })
 		if err != nil {
 			fail(err)
 			return
@@ -174,43 +176,31 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 	case ReqStat:
 		answerInfo()
 	case ReqList:
-		d, err := os.Open(p)
+		var entries []FileInfo
+		var truncated bool
+		var err error
+		blocking(func() { entries, truncated, err = listDir(p) })
 		if err != nil {
 			fail(err)
 			return
-		}
-		defer d.Close()
-		names, err := d.Readdirnames(maxListEntries + 1)
-		if err != nil && err != io.EOF {
-			fail(err)
-			return
-		}
-		truncated := len(names) > maxListEntries
-		if truncated {
-			names = names[:maxListEntries]
-		}
-		sort.Strings(names)
-		entries := make([]FileInfo, 0, len(names))
-		for _, n := range names {
-			if st, err := os.Lstat(filepath.Join(p, n)); err == nil {
-				fi := infoOf(filepath.Join(p, n), st)
-				fi.Path = ""
-				entries = append(entries, fi)
-			}
 		}
 		_ = w.JSON(FrameAnswer, map[string]interface{}{"entries": entries, "truncated": truncated})
 	case ReqRead:
-		fh, err := os.Open(p)
+		var fh *os.File
+		var st os.FileInfo
+		var err error
+		blocking(func() {
+			if fh, err = os.Open(p); err == nil {
+				if st, err = fh.Stat(); err != nil {
+					_ = fh.Close()
+				}
+			}
+		})
 		if err != nil {
 			fail(err)
 			return
 		}
-		defer fh.Close()
-		st, err := fh.Stat()
-		if err != nil {
-			fail(err)
-			return
-		}
+		defer blocking(func() { _ = fh.Close() })
 		if st.IsDir() {
 			fail(&fs.PathError{Op: "read", Path: p, Err: syscall.EISDIR})
 			return
@@ -223,11 +213,12 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		// blocks; anything else (a FIFO, a device) goes on with what each read gives, so bytes
 		// that come slowly are not held back.
 		regular := st.Mode().IsRegular()
-		fillErr, sendErr := relay(fileReadBuf, relayDepth, func(b []byte) (int, error) {
+		fillErr, sendErr := relay(fileReadBuf, relayDepth, func(b []byte) (n int, err error) {
 			if !regular {
+				// A FIFO or a device may wait for ever: its read holds a thread, never a slot.
 				return fh.Read(b)
 			}
-			n, err := io.ReadFull(fh, b)
+			blocking(func() { n, err = io.ReadFull(fh, b) })
 			if err == io.ErrUnexpectedEOF {
 				err = io.EOF
 			}
@@ -250,13 +241,15 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			return
 		}
 		var err error
-		if req.Recursive {
-			if _, err = os.Lstat(p); err == nil {
-				err = os.RemoveAll(p)
+		blocking(func() {
+			if req.Recursive {
+				if _, err = os.Lstat(p); err == nil {
+					err = os.RemoveAll(p)
+				}
+			} else {
+				err = os.Remove(p)
 			}
-		} else {
-			err = os.Remove(p)
-		}
+		})
 		if err != nil {
 			fail(err)
 			return
@@ -268,11 +261,13 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			mode = os.FileMode(*req.Mode & 0o777)
 		}
 		var err error
-		if req.Parents {
-			err = os.MkdirAll(p, mode)
-		} else {
-			err = os.Mkdir(p, mode)
-		}
+		blocking(func() {
+			if req.Parents {
+				err = os.MkdirAll(p, mode)
+			} else {
+				err = os.Mkdir(p, mode)
+			}
+		})
 		if err != nil {
 			fail(err)
 			return
@@ -283,12 +278,41 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 			_ = w.JSON(FrameError, failf("input", "mode", "mode is required"))
 			return
 		}
-		if err := syscall.Chmod(p, *req.Mode); err != nil {
+		var err error
+		blocking(func() { err = syscall.Chmod(p, *req.Mode) })
+		if err != nil {
 			fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
 			return
 		}
 		answerInfo()
 	}
+}
+
+// listDir is p's entries, sorted by name, at most maxListEntries of them.
+func listDir(p string) ([]FileInfo, bool, error) {
+	d, err := os.Open(p)
+	if err != nil {
+		return nil, false, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(maxListEntries + 1)
+	if err != nil && err != io.EOF {
+		return nil, false, err
+	}
+	truncated := len(names) > maxListEntries
+	if truncated {
+		names = names[:maxListEntries]
+	}
+	sort.Strings(names)
+	entries := make([]FileInfo, 0, len(names))
+	for _, n := range names {
+		if st, err := os.Lstat(filepath.Join(p, n)); err == nil {
+			fi := infoOf(filepath.Join(p, n), st)
+			fi.Path = ""
+			entries = append(entries, fi)
+		}
+	}
+	return entries, truncated, nil
 }
 
 func randomSuffix() string {
@@ -304,34 +328,39 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 	fail := func(err error) { _ = w.JSON(FrameError, fileFailure(err)) }
 	// A new file is 0644; one that replaces a file keeps its mode unless one is given.
 	mode := uint32(0o644)
-	if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
-		mode = unixMode(st.Mode())
-	} else if err == nil && st.IsDir() {
-		// A directory where a file is wanted: said before any byte is taken.
-		fail(&fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR})
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
+	var fh *os.File
+	var err error
+	blocking(func() {
+		if st, e := os.Lstat(p); e == nil && st.Mode().IsRegular() {
+			mode = unixMode(st.Mode())
+		} else if e == nil && st.IsDir() {
+			// A directory where a file is wanted: said before any byte is taken.
+			err = &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
+			return
+		}
+		if req.Parents {
+			if err = os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return
+			}
+		}
+		// O_NOFOLLOW|O_EXCL: the temporary name is ours; private until its mode is set at the end.
+		fh, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	})
+	if err != nil {
+		fail(err)
 		return false
 	}
 	if req.Mode != nil {
 		mode = *req.Mode
 	}
-	if req.Parents {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			fail(err)
-			return false
-		}
-	}
-	// O_NOFOLLOW|O_EXCL: the temporary name is ours; private until its mode is set at the end.
-	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
-	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		fail(err)
-		return false
-	}
 	ok := false
 	defer func() {
 		if !ok {
-			_ = fh.Close()
-			_ = os.Remove(tmp)
+			blocking(func() {
+				_ = fh.Close()
+				_ = os.Remove(tmp)
+			})
 		}
 	}()
 	// Writes of 512 KiB (a box root on FUSE pays a round trip to its daemon per write), while
@@ -372,8 +401,8 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 			left -= k
 		}
 		return n, nil
-	}, func(b []byte) error {
-		_, err := fh.Write(b)
+	}, func(b []byte) (err error) {
+		blocking(func() { _, err = fh.Write(b) })
 		return err
 	})
 	if writeErr != nil {
@@ -388,18 +417,19 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 	if fillErr != nil {
 		return false // the node went away: nothing is written
 	}
-	if err := syscall.Fchmod(int(fh.Fd()), mode); err != nil { // exact, whatever the umask
-		fail(&fs.PathError{Op: "chmod", Path: p, Err: err})
-		return false
-	}
-	if err := fh.Close(); err != nil {
-		fail(err)
-		return false
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		if errors.Is(err, fs.ErrExist) { // Go's word for a directory there now
+	blocking(func() {
+		if e := syscall.Fchmod(int(fh.Fd()), mode); e != nil { // exact, whatever the umask
+			err = &fs.PathError{Op: "chmod", Path: p, Err: e}
+			return
+		}
+		if err = fh.Close(); err != nil {
+			return
+		}
+		if err = os.Rename(tmp, p); errors.Is(err, fs.ErrExist) { // Go's word for a directory there now
 			err = &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
 		}
+	})
+	if err != nil {
 		fail(err)
 		return false
 	}

@@ -8,12 +8,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 )
 
 // Version is boxd's own version, told in the hello.
-var Version = "1.3.1"
+var Version = "1.3.2"
 
 const listenFD = 3
 
@@ -50,6 +51,9 @@ func serve() {
 	// Nothing in the box may ptrace PID 1, read its memory or take its descriptors through
 	// /proc/1/fd (those checks want CAP_SYS_PTRACE for a non-dumpable process).
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	// Its threads, made now while the box has pids to spare (threads.go).
+	runtime.GOMAXPROCS(serveProcs)
+	keepThreads(spareThreads)
 	// Signals from inside the box do nothing to PID 1 (the kernel drops SIGKILL and SIGSTOP
 	// from inside; every other one is caught here and dropped). The node stops a box over the
 	// socket. Caught, not ignored: an ignored signal would stay ignored in every process boxd

@@ -59,6 +59,12 @@ func (l *rotatingLog) Write(p []byte) (int, error) {
 	if l.closed {
 		return len(p), nil
 	}
+	blocking(func() { l.append(p) })
+	return len(p), nil
+}
+
+// append is Write's work on the files, under l.mu.
+func (l *rotatingLog) append(p []byte) {
 	cur := l.name + ".log"
 	if l.f != nil && l.size+int64(len(p)) > maxLogBytes && l.size > 0 {
 		_ = l.f.Close()
@@ -78,13 +84,13 @@ func (l *rotatingLog) Write(p []byte) (int, error) {
 		if l.dir < 0 {
 			fd, err := openLogDir()
 			if err != nil {
-				return len(p), nil
+				return
 			}
 			l.dir = fd
 		}
 		fd, err := syscall.Openat(l.dir, cur, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 		if err != nil {
-			return len(p), nil
+			return
 		}
 		f := os.NewFile(uintptr(fd), cur)
 		st, _ := f.Stat()
@@ -95,7 +101,6 @@ func (l *rotatingLog) Write(p []byte) (int, error) {
 	}
 	n, _ := l.f.Write(p)
 	l.size += int64(n)
-	return len(p), nil
 }
 
 // stillCurrent says whether the open file is still the one named cur in the log directory.
