@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import t, { type Test } from 'tap';
 import IORedis from 'ioredis';
 import { startTestHost, TestHost, CallResult } from './helpers/host';
@@ -75,18 +77,30 @@ t.test('exec limits on a real host', async (t) => {
     }
     return true;
   };
-  const burst = async (calls: { name: string; token?: string }[]) => {
+  /** Sends every call at once; the admitted wait in their boxes until `refusals` calls have been
+   *  refused (or 60 s), then end: no slot is freed while the burst is still being answered, however
+   *  slow the machine (a 5 s sleep each was not enough under a loaded suite: a slot freed before
+   *  the last call came in, and 65 ran). */
+  let round = 0;
+  const burst = async (calls: { name: string; token?: string }[], refusals: number) => {
+    const gate = `tmp/burst-${++round}`;
     const started = Date.now();
-    return Promise.all(
+    let refused = 0;
+    const answers = Promise.all(
       calls.map(async ({ name, token }) => {
-        const r = (await exec(name, { command: ['sleep', '5'] }, token)) as CallResult;
+        const r = (await exec(name, { command: ['sh', '-c', `until [ -e /${gate} ]; do sleep 0.1; done`] }, token)) as CallResult;
+        if (r.status === 429) refused++;
         return { ...r, ms: Date.now() - started };
       }),
     );
+    const deadline = Date.now() + 60_000;
+    while (refused < refusals && Date.now() < deadline) await sleep(20);
+    for (const name of names) fs.writeFileSync(path.join(host.node!.ctx.storage.boxRootPath(ids[name]), gate), '');
+    return answers;
   };
   type Answer = CallResult & { ms: number };
   /** The refused are answered 429 with why and when to come back, and at once: before any of
-   *  the admitted (each a 5 s sleep) has ended, not after waiting for a slot. */
+   *  the admitted (each held until the refusals are in) has ended, not after waiting for a slot. */
   const check429 = (t: Test, rs: Answer[], message: RegExp) => {
     const limited = rs.filter((r) => r.status === 429);
     for (const r of limited) {
@@ -105,7 +119,7 @@ t.test('exec limits on a real host', async (t) => {
     let peak = before;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
     // 50 on each of four boxes: 4 × 32 per box would allow 128, the token's cap is 64.
-    const rs = await burst(Array.from({ length: 200 }, (_, i) => ({ name: names[i % 4] })));
+    const rs = await burst(Array.from({ length: 200 }, (_, i) => ({ name: names[i % 4] })), 200 - PER_TOKEN);
     clearInterval(sampler);
     const after = process.memoryUsage().rss;
     const ok = rs.filter((r) => r.status === 200);
@@ -121,7 +135,7 @@ t.test('exec limits on a real host', async (t) => {
   });
 
   t.test('per box: one box takes at most its cap, whoever asks', async (t) => {
-    const rs = await burst(Array.from({ length: 40 }, () => ({ name: 'e5', token: tokenB })));
+    const rs = await burst(Array.from({ length: 40 }, () => ({ name: 'e5', token: tokenB })), 40 - PER_BOX);
     t.equal(rs.filter((r) => r.status === 200).length, PER_BOX);
     check429(t, rs, /in this box/);
     t.equal(await heldAfterRelease(), 0);
@@ -133,7 +147,7 @@ t.test('exec limits on a real host', async (t) => {
       ...Array.from({ length: PER_BOX }, () => ({ name: 'e1' })),
       ...Array.from({ length: PER_BOX }, () => ({ name: 'e2', token: tokenB })),
       ...Array.from({ length: PER_BOX }, () => ({ name: 'e3', token: tokenC })),
-    ]);
+    ], 3 * PER_BOX - PER_NODE);
     t.equal(rs.filter((r) => r.status === 200).length, PER_NODE);
     const limited = rs.filter((r) => r.status === 429);
     t.equal(limited.length, 3 * PER_BOX - PER_NODE);
