@@ -190,12 +190,21 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		var st os.FileInfo
 		var err error
 		blocking(func() {
-			if fh, err = os.Open(p); err == nil {
+			if fh, err = openRegular(p, syscall.O_RDONLY); err == nil {
 				if st, err = fh.Stat(); err != nil {
 					_ = fh.Close()
 				}
 			}
 		})
+		if err == errNotRegular {
+			// A FIFO or a device: opened outside the slots, as its open may wait for a writer
+			// (it holds a thread of its own until then; its reads go through Go's poller).
+			if fh, err = os.Open(p); err == nil {
+				if st, err = fh.Stat(); err != nil {
+					_ = fh.Close()
+				}
+			}
+		}
 		if err != nil {
 			fail(err)
 			return
@@ -215,7 +224,7 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		regular := st.Mode().IsRegular()
 		fillErr, sendErr := relay(fileReadBuf, relayDepth, func(b []byte) (n int, err error) {
 			if !regular {
-				// A FIFO or a device may wait for ever: its read holds a thread, never a slot.
+				// A FIFO or a device may wait for ever: never in a slot.
 				return fh.Read(b)
 			}
 			blocking(func() { n, err = io.ReadFull(fh, b) })

@@ -36,7 +36,9 @@ func (r *Reaper) Start(start func() (int, error)) (int, <-chan syscall.WaitStatu
 	// A likelier OOM victim than boxd itself: a box short of memory (a fork bomb in a small box)
 	// loses one of its processes, not its PID 1. Raising is allowed unprivileged; the pid is
 	// still this child's (reaping waits for the lock held here).
-	blocking(func() { _ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(childOOMScoreAdj), 0) })
+	// (Not in a slot of threads.go: r.mu already lets one such write run at a time, and a start
+	// must not wait behind file transfers.)
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(childOOMScoreAdj), 0)
 	ch := make(chan syscall.WaitStatus, 1)
 	r.waiters[pid] = ch
 	return pid, ch, nil

@@ -88,11 +88,16 @@ func (l *rotatingLog) append(p []byte) {
 			}
 			l.dir = fd
 		}
-		fd, err := syscall.Openat(l.dir, cur, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+		// Non-blocking: a FIFO put there by the box's root would wait for a reader (in a slot of
+		// threads.go, holding l.mu); only a regular file is written.
+		fd, err := syscall.Openat(l.dir, cur, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o600)
 		if err != nil {
 			return
 		}
-		f := os.NewFile(uintptr(fd), cur)
+		f, err := regularOrClose(fd, cur)
+		if err != nil {
+			return
+		}
 		st, _ := f.Stat()
 		l.f, l.size = f, 0
 		if st != nil {
@@ -163,21 +168,36 @@ func unlinkat(dir int, name string) error {
 // one), and the current file's identity and size, where a follow goes on from.
 func readTail(name string, n int) ([]byte, *os.File, int64) {
 	var all []byte
-	if b, err := readBounded(logPath(name) + ".1"); err == nil {
-		all = b
-	}
-	f, err := os.OpenFile(logPath(name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	var f *os.File
 	var off int64
-	if err == nil {
-		b, _ := io.ReadAll(io.LimitReader(f, 2*maxLogBytes))
-		off = int64(len(b))
-		all = append(all, b...)
-	}
+	blocking(func() {
+		if b, err := readBounded(logPath(name) + ".1"); err == nil {
+			all = b
+		}
+		var err error
+		if f, err = openLog(logPath(name)); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(f, 2*maxLogBytes))
+			off = int64(len(b))
+			all = append(all, b...)
+		}
+	})
 	return lastLines(all, n), f, off
 }
 
+// openLog opens a service log to read: a regular file only (never a FIFO's blocking open).
+func openLog(p string) (*os.File, error) {
+	f, err := openRegular(p, syscall.O_RDONLY|syscall.O_NOFOLLOW)
+	if err == nil {
+		if st, e := f.Stat(); e != nil || !st.Mode().IsRegular() {
+			_ = f.Close()
+			return nil, errNotRegular
+		}
+	}
+	return f, err
+}
+
 func readBounded(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openLog(p)
 	if err != nil {
 		return nil, err
 	}

@@ -416,9 +416,14 @@ func (s *Supervisor) logs(c net.Conn, w *Writer, req *ServiceRequest) {
 		case <-tick.C:
 		}
 		// A rotation (or a first write) gives a new file: go on from its start.
-		if cur, err := os.Stat(logPath(req.Name)); err == nil {
+		var cur os.FileInfo
+		var statErr error
+		blocking(func() { cur, statErr = os.Stat(logPath(req.Name)) })
+		if statErr == nil {
 			if f == nil || !sameFile(f, cur) {
-				nf, err := os.OpenFile(logPath(req.Name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+				var nf *os.File
+				var err error
+				blocking(func() { nf, err = openLog(logPath(req.Name)) })
 				if err == nil {
 					if f != nil {
 						// What the old file got after we last read it, before it was rotated.
@@ -436,7 +441,8 @@ func (s *Supervisor) logs(c net.Conn, w *Writer, req *ServiceRequest) {
 			continue
 		}
 		for {
-			n, _ := f.ReadAt(buf, off)
+			var n int
+			blocking(func() { n, _ = f.ReadAt(buf, off) })
 			if n <= 0 {
 				break
 			}
@@ -450,7 +456,8 @@ func (s *Supervisor) logs(c net.Conn, w *Writer, req *ServiceRequest) {
 
 func sendRest(w *Writer, f *os.File, off int64, buf []byte) error {
 	for {
-		n, _ := f.ReadAt(buf, off)
+		var n int
+		blocking(func() { n, _ = f.ReadAt(buf, off) })
 		if n <= 0 {
 			return nil
 		}

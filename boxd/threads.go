@@ -15,11 +15,17 @@ package main
 // threads at once (GOMAXPROCS: on a 64-core host the runtime would otherwise start up to 64
 // threads for runnable goroutines), and lets at most maxBlocking goroutines into a blocking
 // file syscall at once (blocking): the others wait their turn parked, which takes no thread.
-// What is left (a stat of /proc, a signal) is short and few; the spares cover it.
+// What is left (a stat of the exec path, /etc/passwd, a symlink's target) is short and few; the
+// spares cover it. Pipes, sockets, FIFOs and the pty's master are read through Go's poller and
+// take no thread while they wait.
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"runtime"
 	"sync"
+	"syscall"
 )
 
 const (
@@ -35,11 +41,45 @@ var blockingSlots = make(chan struct{}, maxBlocking)
 
 // blocking runs fn, a call that may block in the kernel on a file (a regular file's read or
 // write, an open, a stat, a rename, a directory walk), once one of maxBlocking slots is free.
-// fn must not itself wait for a slot, a lock or the node.
+// fn must not itself wait for a slot, a lock or the node, nor for ever: an open that could wait
+// for a writer (a FIFO) is made non-blocking (openRegular), so a few such paths cannot take
+// every slot.
 func blocking(fn func()) {
 	blockingSlots <- struct{}{}
 	defer func() { <-blockingSlots }()
 	fn()
+}
+
+// openRegular opens p (flags without O_NONBLOCK) only if it is a regular file or a directory,
+// checked on what was opened: a FIFO or a device at p is not opened for good (an open of a FIFO
+// waits for its other end; done non-blocking here, it cannot). The file is back in blocking
+// mode for its reads and writes. Anything else answers errNotRegular.
+func openRegular(p string, flags int) (*os.File, error) {
+	fd, err := syscall.Open(p, flags|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return regularOrClose(fd, p)
+}
+
+// errNotRegular: a path that is neither a regular file nor a directory.
+var errNotRegular = errors.New("not a regular file or a directory")
+
+func regularOrClose(fd int, p string) (*os.File, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		_ = syscall.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG && t != syscall.S_IFDIR {
+		_ = syscall.Close(fd)
+		return nil, errNotRegular
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		_ = syscall.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // keepThreads makes the runtime start n threads now: n goroutines each locked to its own

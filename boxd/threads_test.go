@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -67,5 +70,47 @@ func TestBlockingBoundsCallsInside(t *testing.T) {
 	wg.Wait()
 	if peak != maxBlocking {
 		t.Fatalf("at most %d calls at once, %d seen", maxBlocking, peak)
+	}
+}
+
+// openRegular never waits on a FIFO (whose open waits for a writer) and gives regular files in
+// blocking mode.
+func TestOpenRegularRefusesFIFOWithoutWaiting(t *testing.T) {
+	dir := t.TempDir()
+	fifo := dir + "/fifo"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := openRegular(fifo, syscall.O_RDONLY)
+		if f != nil {
+			_ = f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != errNotRegular {
+			t.Fatalf("a FIFO: %v, want errNotRegular", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("openRegular waited on a FIFO with no writer")
+	}
+	file := dir + "/file"
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := openRegular(file, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, _, e := syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), syscall.F_GETFL, 0)
+	if e != 0 || flags&syscall.O_NONBLOCK != 0 {
+		t.Fatalf("a regular file left non-blocking (flags %#x, %v)", flags, e)
+	}
+	if _, err := openRegular(dir+"/none", syscall.O_RDONLY); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
 	}
 }

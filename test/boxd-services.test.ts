@@ -255,6 +255,30 @@ t.test('hostile files in the box: a multi-line environment value, a spec that is
   t.equal(list.find((x) => x.name === 'pipe')?.state, 'corrupt', 'a FIFO named like a spec is a tombstone, not a hang');
   await s.remove('pipe');
 
+  // FIFOs where boxd opens files: an open of a FIFO waits for its other end, and boxd lets at
+  // most 8 file calls block at once (boxd/threads.go): none of them may wait on one. Before,
+  // a service log that was a FIFO held its logs call for ever, and 12 reads of a FIFO would
+  // have held every slot, so the read of a plain file after them answered nothing.
+  await ex(sh('mkfifo /var/log/boxes/fifolog.log /tmp/pipe && printf hello > /tmp/plain'));
+  await s.start({ name: 'fifolog', command: sh('echo into-a-fifo; exec sleep 1000') });
+  const logs = await Promise.race([logsOf('fifolog'), sleep(8000).then(() => 'no answer in 8 s')]);
+  t.equal(logs, '', 'the logs of a service whose log is a FIFO answer, with nothing');
+  t.ok(fs.statSync(path.join(spec.rootfs, 'var/log/boxes/fifolog.log')).isFIFO(), 'and the FIFO is left as it was');
+  await s.remove('fifolog');
+  const agent = (await runtime.agent(boxId))!;
+  const drain = async (r: { data: NodeJS.ReadableStream }) => {
+    const chunks: Buffer[] = [];
+    for await (const c of r.data) chunks.push(c as Buffer);
+    return Buffer.concat(chunks).toString();
+  };
+  const fifoReads = Array.from({ length: 12 }, () => agent.read('/tmp/pipe').then(drain, (e: Error) => `failed: ${e.message}`));
+  await sleep(300);
+  t.equal(await agent.read('/tmp/plain').then(drain, (e: Error) => `failed: ${e.message}`), 'hello', 'a plain file is read while 12 reads wait on a FIFO');
+  // A writer for the FIFO (opened read-write, it is one): the waiting reads open, then end.
+  await ex(sh('exec 3<>/tmp/pipe; sleep 0.5'));
+  t.same(await Promise.all(fifoReads), Array(12).fill(''), 'and the FIFO reads end once it has a writer');
+  await ex(sh('rm /var/log/boxes/fifolog.log /tmp/pipe /tmp/plain'));
+
   await ex(sh('rm -rf /var/log/boxes && mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere /var/log/boxes'));
   await s.start({ name: 'linked', command: sh('echo into-the-link; exec sleep 1000') });
   await sleep(500);
