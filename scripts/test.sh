@@ -17,33 +17,28 @@ SERIAL=(debian room hardening-box storage-watchdog soak-short scale)
 # The check that nothing was left runs alone, after both phases (tap orders the files of one run
 # as it likes: in one run it ran storage-watchdog after it).
 LAST=dist/test/zz-leftovers.test.js
-# The first phase starts its longest files first (seconds each in the dry run of 2026-11-29, 3 at a
-# time): tap runs its files in name order, and with the alphabet the 4-minute storage-zfs started
-# near the end and ran on alone while the other jobs had finished (phase 1 took 1174 s for 1022 s
-# of work per job). Files not named here run after these, in name order; a new long file belongs
-# here. tap sorts the files it is given by name, so the phase is given them as links in
-# dist/test-order/ named by rank (node runs a link's target, whose own directory its requires
-# resolve from).
-LONGEST=(boxes-crash:276 storage-zfs:262 boxes-crash-more:219 scenarios:136 pg-scenarios:128 files:110
-  pg-cli:95 pg-files:81 boxes:76 pg-boxes:72 cli:69 cluster:69 pg-deploys:68 deploys:62 cli-interactive:59
-  pg-ws-sessions:55 snapshots:52 pg-backbone:52 pg-operations:51 pg-webhooks:50 pg-bases:48 pg-packs:47
-  runtime-runc:47 pg-data:45 backbone:44 base-builds:43 pg-base-builds:43 exec-limits:41 network-cni:41
-  services:41 ws-sessions:41 bases:40 packs:39 data:39 pg-services:38 pg-snapshots:37 pg-exec-limits:37
-  operations:37 unit-nodes:36 unit-boxd-go:32)
+# The first phase starts storage-zfs first, then the rest in name order. tap runs its files in
+# name order, and the 4-minute storage-zfs started near the end and ran on alone while the other
+# jobs had finished (phase 1 took 1174 s for 1022 s of work per job, 2026-11-29). Starting every
+# file longest first was tried and was worse (1474 s, its files' times summing 800 s more): it put
+# the likes together (the two crash files beside storage-zfs, all on zfs-fuse; scenarios beside
+# pg-scenarios, two fork bombs of 4096 processes at once), which the alphabet keeps apart. tap
+# sorts the files it is given by name, so the phase is given them as links in dist/test-order/
+# named by rank (node runs a link's target, whose own directory its requires resolve from).
+FIRST=(storage-zfs)
 serial=()
 parallel=()
 rest=()
 for f in dist/test/*.test.js; do
   name=$(basename "$f" .test.js)
   if [[ "$f" == "$LAST" ]]; then continue; fi
-  if [[ " ${SERIAL[*]} " == *" $name "* ]]; then serial+=("$f"); elif [[ " ${LONGEST[*]} " != *" $name:"* ]]; then rest+=("$f"); fi
+  if [[ " ${SERIAL[*]} " == *" $name "* ]]; then serial+=("$f"); elif [[ " ${FIRST[*]} " != *" $name "* ]]; then rest+=("$f"); fi
 done
 rm -rf dist/test-order && mkdir -p dist/test-order
 rank=0
 link() { rank=$((rank + 1)); local l; l=$(printf 'dist/test-order/%03d-%s' "$rank" "$(basename "$1")"); ln -s "../test/$(basename "$1")" "$l"; parallel+=("$l"); }
-for entry in "${LONGEST[@]}"; do
-  f="dist/test/${entry%%:*}.test.js"
-  if [[ -f "$f" ]]; then link "$f"; fi
+for name in "${FIRST[@]}"; do
+  if [[ -f "dist/test/$name.test.js" ]]; then link "dist/test/$name.test.js"; fi
 done
 for f in "${rest[@]}"; do link "$f"; done
 # The suite starts on a fresh zfs-fuse when the machine's serves nothing (scripts/install-host.sh

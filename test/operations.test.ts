@@ -25,7 +25,9 @@ t.test('operations on real Redis with a worker process', async (t) => {
     host.db.transaction((trx) => host.api!.queue.enqueue(trx, { kind, payload }, { resource: `/v1/test/${kind}`, node: host.config.nodeId, ...extra }));
 
   t.test('lifecycle, progress, wait and 408', async (t) => {
-    const op = await enqueue('test.slow', { dir, sleepMs: 1500, name: 'life' });
+    // Held running until the test has seen it so (a 1.5 s sleep alone ended before the first
+    // look of a loaded suite).
+    const op = await enqueue('test.slow', { dir, sleepMs: 0, name: 'life', gate: true });
     const first = await host.call('GET', `/v1/operations/${op.id}`);
     t.equal(first.status, 200);
     t.match(first.body, { id: op.id, kind: 'test.slow', resource: '/v1/test/test.slow', error: null });
@@ -38,7 +40,8 @@ t.test('operations on real Redis with a worker process', async (t) => {
     const early = await host.call('GET', `/v1/operations/${op.id}/wait?timeout=0.2`);
     t.equal(early.status, 408);
     t.equal(early.body.error.code, 'timeout');
-    const done = await host.call('GET', `/v1/operations/${op.id}/wait?timeout=10`);
+    fs.writeFileSync(path.join(dir, 'life.go'), '');
+    const done = await host.call('GET', `/v1/operations/${op.id}/wait?timeout=30`);
     t.equal(done.status, 200);
     t.equal(done.body.status, 'succeeded');
     t.equal(done.body.progress, 100);

@@ -11,6 +11,7 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { BoxhostError, type ErrorCode } from '../core/errors';
+import { DEFAULT_EXEC_TIMEOUT_SECS } from '../core/box';
 import { createLogger } from '../core/logger';
 import { newBoxId, newId, now } from '../core/ids';
 import { HttpNodeClient } from '../cluster/httpClient';
@@ -184,7 +185,10 @@ t.test('agent and HttpNodeClient on loopback', async (t) => {
     const big = '\u0001'.repeat(EXEC_OUTPUT_CAP_BYTES);
     runtime.execHandler = () => ({ exitCode: 0, stdout: big, stderr: big });
     t.teardown(() => (runtime.execHandler = () => ({ exitCode: 0, stdout: '' })));
-    const res = await client.exec(running, { command: ['yes'] });
+    // With an exec timeout, as the api always sends one (300 s unless asked): the call may take
+    // that plus the margin. ~200 MB of escaped JSON took past the margin alone (30 s) in a loaded
+    // suite.
+    const res = await client.exec(running, { command: ['yes'], timeoutMs: DEFAULT_EXEC_TIMEOUT_SECS * 1000 });
     t.equal(res.stdout.length, EXEC_OUTPUT_CAP_BYTES);
     t.equal(res.stderr.length, EXEC_OUTPUT_CAP_BYTES);
     t.ok(res.stdout === big && res.stderr === big, 'both streams unchanged');
