@@ -28,6 +28,7 @@ t.test('operations on real Redis with a worker process', async (t) => {
     // Held running until the test has seen it so (a 1.5 s sleep alone ended before the first
     // look of a loaded suite).
     const op = await enqueue('test.slow', { dir, sleepMs: 0, name: 'life', gate: true });
+    t.teardown(() => fs.writeFileSync(path.join(dir, 'life.go'), '')); // let go whatever happens
     const first = await host.call('GET', `/v1/operations/${op.id}`);
     t.equal(first.status, 200);
     t.match(first.body, { id: op.id, kind: 'test.slow', resource: '/v1/test/test.slow', error: null });

@@ -262,7 +262,9 @@ t.test('scenarios on one real host', async (t) => {
     // File calls at once while every pid is taken: boxd's threads are made ahead and its file
     // calls bounded (boxd/threads.go). Before, its Go runtime could not start a thread, ended
     // the box's PID 1, and the box was restarted (30 downloads: 7 answered 503).
+    t.ok(current() >= limit - 5, `the box is full as the downloads start (${current()} tasks)`);
     const reads = await Promise.all(Array.from({ length: 30 }, () => host.call('GET', `${P}/bomb/boxes/bomb/files?path=/tmp/big`)));
+    t.ok(current() >= limit - 5, `and as they end (${current()} tasks)`);
     t.same(
       reads.map((r) => `${r.status} ${r.text.length}`),
       reads.map(() => `200 ${BIG}`),
