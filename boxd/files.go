@@ -189,21 +189,18 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		var fh *os.File
 		var st os.FileInfo
 		var err error
-		blocking(func() {
-			if fh, err = openRegular(p, syscall.O_RDONLY); err == nil {
+		openStat := func(open func() (*os.File, error)) {
+			if fh, err = open(); err == nil {
 				if st, err = fh.Stat(); err != nil {
 					_ = fh.Close()
 				}
 			}
-		})
+		}
+		blocking(func() { openStat(func() (*os.File, error) { return openRegular(p, syscall.O_RDONLY, true) }) })
 		if err == errNotRegular {
 			// A FIFO or a device: opened outside the slots, as its open may wait for a writer
 			// (it holds a thread of its own until then; its reads go through Go's poller).
-			if fh, err = os.Open(p); err == nil {
-				if st, err = fh.Stat(); err != nil {
-					_ = fh.Close()
-				}
-			}
+			openStat(func() (*os.File, error) { return os.Open(p) })
 		}
 		if err != nil {
 			fail(err)

@@ -50,28 +50,30 @@ func blocking(fn func()) {
 	fn()
 }
 
-// openRegular opens p (flags without O_NONBLOCK) only if it is a regular file or a directory,
-// checked on what was opened: a FIFO or a device at p is not opened for good (an open of a FIFO
-// waits for its other end; done non-blocking here, it cannot). The file is back in blocking
-// mode for its reads and writes. Anything else answers errNotRegular.
-func openRegular(p string, flags int) (*os.File, error) {
+// openRegular opens p (flags without O_NONBLOCK) only if it is a regular file (or, with dirOK,
+// a directory), checked on what was opened: a FIFO or a device at p is not opened for good (an
+// open of a FIFO waits for its other end; done non-blocking here, it cannot). The file is back
+// in blocking mode for its reads and writes. Anything else answers errNotRegular.
+func openRegular(p string, flags int, dirOK bool) (*os.File, error) {
 	fd, err := syscall.Open(p, flags|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
-	return regularOrClose(fd, p)
+	return regularOrClose(fd, p, dirOK)
 }
 
-// errNotRegular: a path that is neither a regular file nor a directory.
-var errNotRegular = errors.New("not a regular file or a directory")
+// errNotRegular: a path that is not a regular file (nor a directory, where one is taken).
+var errNotRegular = errors.New("not a regular file")
 
-func regularOrClose(fd int, p string) (*os.File, error) {
+// regularOrClose is fd (opened non-blocking) as a file in blocking mode if it is a regular file
+// (or, with dirOK, a directory); otherwise fd is closed.
+func regularOrClose(fd int, p string, dirOK bool) (*os.File, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		_ = syscall.Close(fd)
 		return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
 	}
-	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG && t != syscall.S_IFDIR {
+	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG && !(dirOK && t == syscall.S_IFDIR) {
 		_ = syscall.Close(fd)
 		return nil, errNotRegular
 	}

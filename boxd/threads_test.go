@@ -83,7 +83,7 @@ func TestOpenRegularRefusesFIFOWithoutWaiting(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		f, err := openRegular(fifo, syscall.O_RDONLY)
+		f, err := openRegular(fifo, syscall.O_RDONLY, true)
 		if f != nil {
 			_ = f.Close()
 		}
@@ -101,7 +101,7 @@ func TestOpenRegularRefusesFIFOWithoutWaiting(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := openRegular(file, syscall.O_RDONLY)
+	f, err := openRegular(file, syscall.O_RDONLY, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,10 @@ func TestOpenRegularRefusesFIFOWithoutWaiting(t *testing.T) {
 	if e != 0 || flags&syscall.O_NONBLOCK != 0 {
 		t.Fatalf("a regular file left non-blocking (flags %#x, %v)", flags, e)
 	}
-	if _, err := openRegular(dir+"/none", syscall.O_RDONLY); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := openRegular(dir, syscall.O_RDONLY, false); err != errNotRegular {
+		t.Fatalf("a directory where none is taken: %v", err)
+	}
+	if _, err := openRegular(dir+"/none", syscall.O_RDONLY, true); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a missing file: %v", err)
 	}
 }
