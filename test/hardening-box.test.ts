@@ -175,11 +175,14 @@ t.test('attacks from inside boxes fail', async (t) => {
 
   t.test('writing past storage_gb fails with a snapshot, and with a fork, holding older data', async (t) => {
     const fill = (box: string, file: string) => exec('harda', box, `dd if=/dev/urandom of=/root/${file} bs=1M count=600 2>&1 && sync`, { timeout_secs: 600 });
-    // zfs-fuse gives the space of a removed file back only after a while: wait until the root
-    // itself references little again, so that only what the snapshot or fork holds counts.
+    // A removed file's blocks are freed when its transaction group is written, which zfs-fuse
+    // does on its own only every 30 s (this test waited for it twice): a property set is a sync
+    // task, which writes the open group at once. Then wait until the root itself references
+    // little again, so that only what the snapshot or fork holds counts.
     const removeAndSettle = async (box: { id: string; name: string }) => {
       await exec('harda', box.name, 'rm /root/a && sync');
       const ds = `${(storage as ZfsStorage).root}/boxes/${box.id}`;
+      await run(['zfs', 'set', 'boxhost:test-sync=1', ds]);
       for (let i = 0; i < 120; i++) {
         if (Number((await run(['zfs', 'get', '-Hp', '-o', 'value', 'referenced', ds])).stdout) < 100 * 2 ** 20) return;
         await new Promise((r) => setTimeout(r, 500));
