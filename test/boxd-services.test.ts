@@ -12,6 +12,7 @@ import { BoxdServices } from '../workers/runtime/boxd/services';
 import type { BoxServiceState } from '../workers/drivers';
 import { RuncRuntime } from '../workers/runtime/runc';
 import { claimDir } from './helpers/owner';
+import { settleWithin } from '../core/timeout';
 
 /**
  * boxd's service supervision on a real box: restart policies and backoff, stop with a signal and
@@ -261,7 +262,7 @@ t.test('hostile files in the box: a multi-line environment value, a spec that is
   // have held every slot, so the read of a plain file after them answered nothing.
   await ex(sh('mkfifo /var/log/boxes/fifolog.log /tmp/pipe && printf hello > /tmp/plain'));
   await s.start({ name: 'fifolog', command: sh('echo into-a-fifo; exec sleep 1000') });
-  const logs = await Promise.race([logsOf('fifolog'), sleep(8000).then(() => 'no answer in 8 s')]);
+  const logs = await settleWithin<unknown>(logsOf('fifolog'), 8000, 'no answer in 8 s');
   t.equal(logs, '', 'the logs of a service whose log is a FIFO answer, with nothing');
   t.ok(fs.statSync(path.join(spec.rootfs, 'var/log/boxes/fifolog.log')).isFIFO(), 'and the FIFO is left as it was');
   await s.remove('fifolog');

@@ -19,6 +19,7 @@ import { boxesRepo } from '../db/repos/boxes';
 import { BoxSteps } from '../workers/boxSteps';
 import { RuncRuntime } from '../workers/runtime/runc';
 import { createDrivers } from '../workers/setup';
+import { settleWithin } from '../core/timeout';
 
 /**
  * A worker killed at each step of a create, a fork and a delete (the test-only seam in
@@ -63,7 +64,9 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
     worker = await startWorkerProcess(host, { BOXHOST_TEST_CRASH_AT: point });
     const accepted = await send();
     t.equal(accepted.status, 202, `accepted: ${accepted.text}`);
-    const exit = await Promise.race([workerExit(worker), sleep(120_000).then(() => 'still alive after 120 s')]);
+    // settleWithin clears its timer: a pending sleep(120 s) kept the file's process alive ~100 s
+    // past its last test.
+    const exit = await settleWithin<unknown>(workerExit(worker), 120_000, 'still alive after 120 s');
     t.same(exit, { code: null, signal: 'SIGKILL' }, `the worker died at ${point}`);
     return { opId: accepted.headers.get('operation-id')!, box: accepted.body };
   };
@@ -137,7 +140,7 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
     await killWorker(worker);
     worker = await startWorkerProcess(host, { BOXHOST_TEST_CRASH_AT: 'snapshot:paused' });
     const pending = call('POST', `${P}/crashs/boxes/s/snapshots`, { name: 'one' });
-    const exit = await Promise.race([workerExit(worker), sleep(60_000).then(() => 'still alive after 60 s')]);
+    const exit = await settleWithin<unknown>(workerExit(worker), 60_000, 'still alive after 60 s');
     t.same(exit, { code: null, signal: 'SIGKILL' }, 'the worker died at snapshot:paused');
     t.equal(await runtime.status(made.body.id), 'paused', 'with the box held still');
     await restart();

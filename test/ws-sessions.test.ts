@@ -7,6 +7,7 @@ import { HttpNodeClient } from '../cluster/httpClient';
 import { sleep } from '../core/command';
 import { Channel, WS_SUBPROTOCOL, wsFrame } from '../core/wsChannel';
 import { startTestHost } from './helpers/host';
+import { settleWithin } from '../core/timeout';
 
 /**
  * WebSocket exec and console (DESIGN.md §4) on a real host: the channel framing both ways, exit
@@ -231,7 +232,7 @@ t.test('WebSocket exec and console', async (t) => {
     sock.pause();
     await sleep(3000);
     sock.resume();
-    t.same(await Promise.race([s.status, sleep(10_000).then(() => ({ waited: closed }))]), { exit_code: 0 }, `the process ran to its end (${closed})`);
+    t.same(await settleWithin<unknown>(s.status, 10_000, 'no status within 10 s'), { exit_code: 0 }, `the process ran to its end (${closed})`);
     t.equal(s.out.split('\n').filter(Boolean).length, 25, 'every line');
   });
 
