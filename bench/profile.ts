@@ -30,7 +30,9 @@ export class Profiler {
     const probe = ((argv: string[], opts?: command.RunOptions) => {
       const t0 = nowMs();
       const label = commandLabel(argv, opts);
-      const done = () => this.record(`cmd ${label}`, nowMs() - t0);
+      // Filed under the phase it started in (a command may end in the next one).
+      const phase = this.phase;
+      const done = () => this.samples.push({ phase, label: `cmd ${label}`, ms: nowMs() - t0 });
       return original(argv, opts).then(
         (r) => {
           done();

@@ -119,6 +119,7 @@ t.test('exec limits on a real host', async (t) => {
     const before = process.memoryUsage().rss;
     let peak = before;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
+    t.teardown(() => clearInterval(sampler));
     // 50 on each of four boxes: 4 × 32 per box would allow 128, the token's cap is 64.
     const rs = await burst(Array.from({ length: 200 }, (_, i) => ({ name: names[i % 4] })), 200 - PER_TOKEN);
     clearInterval(sampler);

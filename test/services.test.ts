@@ -158,9 +158,10 @@ chmod +x /srv/ws.sh`);
     t.equal(r.status, 201, JSON.stringify(r.body));
     const ws = new WebSocket(`ws://127.0.0.1:${new URL(proxyUrl).port}/`, { headers: { host: 'ws--web--svc.localhost' } });
     const message = await new Promise<string>((resolve, reject) => {
-      ws.on('message', (d: Buffer) => resolve(d.toString()));
-      ws.on('error', reject);
-      setTimeout(() => reject(new Error('no message within 10 s')), 10_000);
+      // Cleared once answered: a pending timer keeps the file's process alive past its last test.
+      const timer = setTimeout(() => reject(new Error('no message within 10 s')), 10_000);
+      ws.on('message', (d: Buffer) => (clearTimeout(timer), resolve(d.toString())));
+      ws.on('error', (e) => (clearTimeout(timer), reject(e)));
     });
     t.equal(message, 'hello', 'the handshake and a frame from the box came through');
     ws.terminate();

@@ -550,6 +550,8 @@ t.test('storage_gb bounds what a root holds with its snapshots and forks', async
     // little, so that only what the snapshot or fork keeps counts.
     await run(['zfs', 'set', 'boxhost:test-sync=1', `${pool}/boxes/${id}`]);
     for (let i = 0; i < 120 && Number(await zfsValue(`${pool}/boxes/${id}`, 'referenced')) > 16 * 2 ** 20; i++) await new Promise((r) => setTimeout(r, 500));
+    // Else refquota alone would refuse the next write, and the test would pass without quota.
+    t.ok(Number(await zfsValue(`${pool}/boxes/${id}`, 'referenced')) <= 16 * 2 ** 20, `${keeper}: the root itself no longer references the removed file`);
     const over = await write('b', 48);
     t.not(over.exitCode, 0, `${keeper}: another 48 MB do not, the first being kept by the ${keeper}`);
     t.match(over.stderr, /quota|space/i);
