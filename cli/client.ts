@@ -27,6 +27,8 @@ export class ApiError extends Error {
     readonly details: ErrorDetail[] = [],
     /** A hint of the client's own, printed after the server's message. */
     readonly hint?: string,
+    /** The answer's Retry-After header, as sent. */
+    readonly retryAfter?: string,
   ) {
     super(message);
   }
@@ -165,8 +167,46 @@ export interface ApiResponse<T = any> {
 /** Encodes each path segment: `path('v1', 'projects', p)` → `/v1/projects/<p>`. */
 export const apiPath = (...segments: string[]) => `/${segments.map((s) => encodeURIComponent(s)).join('/')}`;
 
+/**
+ * A call the api refused for now is sent again, as `curl --retry` or the Fly and LXD clients
+ * do: a 429 whose Retry-After is at most RETRY_MAX_WAIT_S (a concurrency cap or the request rate,
+ * 1–5 s; a project quota answers 60 s and is reported at once), any method, since a 429 did
+ * nothing; a 503 only for a GET or HEAD (a POST may have done part of its work before the
+ * service behind it went), after its Retry-After or 1, 2, 4 s. `BOXHOST_RETRIES` times at most
+ * (3; 0 never), each said on stderr. A WebSocket session's handshake (exec, console) is sent
+ * again alike (a refused handshake started nothing); streamed calls (files) never are.
+ */
+export const RETRY_MAX_WAIT_S = 10;
+
+export interface RetryPolicy {
+  retries: number;
+  /** Where each retry is said (stderr). */
+  say: (line: string) => void;
+  sleep: (ms: number) => Promise<void>;
+}
+
+export function defaultRetryPolicy(env: NodeJS.ProcessEnv = process.env): RetryPolicy {
+  const n = Number(env.BOXHOST_RETRIES);
+  return {
+    retries: env.BOXHOST_RETRIES !== undefined && env.BOXHOST_RETRIES !== '' && Number.isInteger(n) && n >= 0 ? n : 3,
+    say: (line) => process.stderr.write(`${line}\n`),
+    sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  };
+}
+
+/** Seconds to wait before sending a refused call again, or null when it is not sent again. */
+export function retryAfterSecs(method: string, status: number, header: string | undefined, attempt: number): number | null {
+  const given = header !== undefined && /^\d+$/.test(header.trim()) ? Number(header.trim()) : null;
+  if (status === 429) return given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
+  if (status === 503 && (method === 'GET' || method === 'HEAD')) return given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : 2 ** attempt;
+  return null;
+}
+
 export class Client {
-  constructor(readonly endpoint: Endpoint) {}
+  constructor(
+    readonly endpoint: Endpoint,
+    private readonly retry: RetryPolicy = defaultRetryPolicy(),
+  ) {}
 
   get<T = any>(p: string, opts?: RequestOptions) {
     return this.request<T>('GET', p, opts);
@@ -196,12 +236,29 @@ export class Client {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(payload.length);
     }
-    const res = await this.send(url, method, headers, payload);
-    const body: any = res.text ? parseJson(res.text) : undefined;
-    const ok = (res.status >= 200 && res.status < 300) || (opts.accept ?? []).includes(res.status);
-    if (!ok) throw this.toError(res.status, res.statusMessage, body, res.text);
-    if (res.text && body === undefined) throw new ApiError(res.status, 'bad_response', `the api answered ${method} ${p} with something that is not JSON`);
-    return { status: res.status, headers: res.headers, body };
+    return this.withRetry(method, async () => {
+      const res = await this.send(url, method, headers, payload);
+      const body: any = res.text ? parseJson(res.text) : undefined;
+      const ok = (res.status >= 200 && res.status < 300) || (opts.accept ?? []).includes(res.status);
+      if (!ok) throw this.toError(res.status, res.statusMessage, body, res.text, res.headers['retry-after']);
+      if (res.text && body === undefined) throw new ApiError(res.status, 'bad_response', `the api answered ${method} ${p} with something that is not JSON`);
+      return { status: res.status, headers: res.headers, body };
+    });
+  }
+
+  /** Runs `attempt` again while it throws a refusal for now (`retryAfterSecs`), at most the
+   *  policy's retries, saying each; a call whose whole body is at hand (or that has none). */
+  async withRetry<T>(method: string, attempt: () => Promise<T>): Promise<T> {
+    for (let n = 0; ; n++) {
+      try {
+        return await attempt();
+      } catch (e) {
+        const wait = e instanceof ApiError && n < this.retry.retries ? retryAfterSecs(method, e.status, e.retryAfter, n) : null;
+        if (wait === null) throw e;
+        this.retry.say(`box: ${(e as ApiError).message} (HTTP ${(e as ApiError).status}); trying again in ${wait} s (${n + 1} of ${this.retry.retries})`);
+        await this.retry.sleep(wait * 1000);
+      }
+    }
   }
 
   /**
@@ -248,7 +305,8 @@ export class Client {
     });
   }
 
-  private toError(status: number, statusMessage: string, body: any, text: string): ApiError {
+  toError(status: number, statusMessage: string, body: any, text: string, retryAfter?: string | string[]): ApiError {
+    const after = Array.isArray(retryAfter) ? retryAfter[0] : retryAfter;
     const err = body?.error;
     const hint =
       status === 401 && !this.endpoint.token
@@ -256,10 +314,10 @@ export class Client {
         : undefined;
     if (err && typeof err.message === 'string') {
       const details = Array.isArray(err.details) ? err.details.filter((d: any) => d && typeof d.issue === 'string') : [];
-      return new ApiError(status, String(err.code ?? 'unknown'), err.message, details, hint);
+      return new ApiError(status, String(err.code ?? 'unknown'), err.message, details, hint, after);
     }
     const snippet = text.trim().slice(0, 200);
-    return new ApiError(status, 'unknown', `HTTP ${status} ${statusMessage}${snippet ? `: ${snippet}` : ''}`, [], hint);
+    return new ApiError(status, 'unknown', `HTTP ${status} ${statusMessage}${snippet ? `: ${snippet}` : ''}`, [], hint, after);
   }
 }
 

@@ -27,7 +27,12 @@ export interface CliSession {
   signal(sig: string): void;
 }
 
+/** A session's handshake, sent again while the api refuses it for now (cli/client.ts `withRetry`). */
 export function openSession(client: Client, path: string, query: URLSearchParams): Promise<CliSession> {
+  return client.withRetry('GET', () => openSessionOnce(client, path, query));
+}
+
+function openSessionOnce(client: Client, path: string, query: URLSearchParams): Promise<CliSession> {
   const url = new URL(client.endpoint.url + path);
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
   url.search = query.toString();
@@ -44,8 +49,7 @@ export function openSession(client: Client, path: string, query: URLSearchParams
         } catch {
           body = undefined;
         }
-        const e = body?.error;
-        reject(new ApiError(res.statusCode ?? 0, String(e?.code ?? 'unknown'), e?.message ?? `HTTP ${res.statusCode}`, Array.isArray(e?.details) ? e.details : []));
+        reject(client.toError(res.statusCode ?? 0, res.statusMessage ?? '', body, text, res.headers['retry-after']));
       });
     });
     ws.on('error', (e) => reject(new ConnectionError(client.endpoint, e)));
