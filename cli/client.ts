@@ -155,6 +155,8 @@ export interface RequestOptions {
   body?: unknown;
   /** Non-2xx statuses that are answers rather than errors (e.g. 503 of /healthz). */
   accept?: number[];
+  /** False: a refusal is reported at once, never sent again (`retryAfterSecs`). */
+  retry?: boolean;
 }
 
 export interface ApiResponse<T = any> {
@@ -170,11 +172,13 @@ export const apiPath = (...segments: string[]) => `/${segments.map((s) => encode
 /**
  * A call the api refused for now is sent again, as `curl --retry` or the Fly and LXD clients
  * do: a 429 whose Retry-After is at most RETRY_MAX_WAIT_S (a concurrency cap or the request rate,
- * 1–5 s; a project quota answers 60 s and is reported at once), any method, since a 429 did
- * nothing; a 503 only for a GET or HEAD (a POST may have done part of its work before the
- * service behind it went), after its Retry-After or 1, 2, 4 s. `BOXHOST_RETRIES` times at most
- * (3; 0 never), each said on stderr. A WebSocket session's handshake (exec, console) is sent
- * again alike (a refused handshake started nothing); streamed calls (files) never are.
+ * 1–5 s; a project quota answers 60 s and is reported at once), any method, since every such
+ * 429 is answered before anything is done; a 503 only for a GET or HEAD (a POST may have done
+ * part of its work before the service behind it went), after its Retry-After (at most
+ * RETRY_MAX_WAIT_S, else it is reported) or 1, 2, 4 s. `BOXHOST_RETRIES` times at most (3; 0
+ * never), each said on stderr. A WebSocket session's handshake (exec, console) counts as a POST:
+ * the api starts the process before it upgrades, so a 503 there may come after the start. Not
+ * sent again: a verb (a refused run is recorded as an event), streamed calls (files).
  */
 export const RETRY_MAX_WAIT_S = 10;
 
@@ -189,7 +193,8 @@ export function defaultRetryPolicy(env: NodeJS.ProcessEnv = process.env): RetryP
   const n = Number(env.BOXHOST_RETRIES);
   return {
     retries: env.BOXHOST_RETRIES !== undefined && env.BOXHOST_RETRIES !== '' && Number.isInteger(n) && n >= 0 ? n : 3,
-    say: (line) => process.stderr.write(`${line}\n`),
+    // On a terminal, over whatever progress line is there (it is drawn again at its next change).
+    say: (line) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}${line}\n`),
     sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
   };
 }
@@ -198,7 +203,10 @@ export function defaultRetryPolicy(env: NodeJS.ProcessEnv = process.env): RetryP
 export function retryAfterSecs(method: string, status: number, header: string | undefined, attempt: number): number | null {
   const given = header !== undefined && /^\d+$/.test(header.trim()) ? Number(header.trim()) : null;
   if (status === 429) return given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
-  if (status === 503 && (method === 'GET' || method === 'HEAD')) return given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : 2 ** attempt;
+  if (status === 503 && (method === 'GET' || method === 'HEAD')) {
+    if (given !== null) return given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
+    return Math.min(2 ** attempt, RETRY_MAX_WAIT_S);
+  }
   return null;
 }
 
@@ -236,14 +244,15 @@ export class Client {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(payload.length);
     }
-    return this.withRetry(method, async () => {
+    const once = async () => {
       const res = await this.send(url, method, headers, payload);
       const body: any = res.text ? parseJson(res.text) : undefined;
       const ok = (res.status >= 200 && res.status < 300) || (opts.accept ?? []).includes(res.status);
       if (!ok) throw this.toError(res.status, res.statusMessage, body, res.text, res.headers['retry-after']);
       if (res.text && body === undefined) throw new ApiError(res.status, 'bad_response', `the api answered ${method} ${p} with something that is not JSON`);
       return { status: res.status, headers: res.headers, body };
-    });
+    };
+    return opts.retry === false ? once() : this.withRetry(method, once);
   }
 
   /** Runs `attempt` again while it throws a refusal for now (`retryAfterSecs`), at most the
@@ -253,9 +262,10 @@ export class Client {
       try {
         return await attempt();
       } catch (e) {
-        const wait = e instanceof ApiError && n < this.retry.retries ? retryAfterSecs(method, e.status, e.retryAfter, n) : null;
+        if (!(e instanceof ApiError)) throw e;
+        const wait = n < this.retry.retries ? retryAfterSecs(method, e.status, e.retryAfter, n) : null;
         if (wait === null) throw e;
-        this.retry.say(`box: ${(e as ApiError).message} (HTTP ${(e as ApiError).status}); trying again in ${wait} s (${n + 1} of ${this.retry.retries})`);
+        this.retry.say(`box: ${e.message} (HTTP ${e.status}); trying again in ${wait} s (${n + 1} of ${this.retry.retries})`);
         await this.retry.sleep(wait * 1000);
       }
     }

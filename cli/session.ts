@@ -27,9 +27,10 @@ export interface CliSession {
   signal(sig: string): void;
 }
 
-/** A session's handshake, sent again while the api refuses it for now (cli/client.ts `withRetry`). */
+/** A session's handshake, sent again while the api refuses it for now (cli/client.ts `withRetry`):
+ *  as a POST, since the api starts the process before it upgrades (only a 429 is sent again). */
 export function openSession(client: Client, path: string, query: URLSearchParams): Promise<CliSession> {
-  return client.withRetry('GET', () => openSessionOnce(client, path, query));
+  return client.withRetry('POST', () => openSessionOnce(client, path, query));
 }
 
 function openSessionOnce(client: Client, path: string, query: URLSearchParams): Promise<CliSession> {

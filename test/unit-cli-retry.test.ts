@@ -52,6 +52,8 @@ t.test('which refusals are sent again, and after how long', async (t) => {
   t.equal(retryAfterSecs('GET', 503, undefined, 0), 1, 'a 503 of a GET: 1, 2, 4 s');
   t.equal(retryAfterSecs('GET', 503, undefined, 2), 4);
   t.equal(retryAfterSecs('GET', 503, '5', 0), 5, 'or its Retry-After');
+  t.equal(retryAfterSecs('GET', 503, '60', 0), null, 'not one that asks to wait long: reported');
+  t.equal(retryAfterSecs('GET', 503, undefined, 9), 10, 'the backoff stops growing at 10 s');
   t.equal(retryAfterSecs('POST', 503, '1', 0), null, 'never a 503 of a POST: it may have done part of its work');
   t.equal(retryAfterSecs('DELETE', 503, undefined, 0), null);
   for (const status of [400, 401, 404, 409, 500, 507]) t.equal(retryAfterSecs('GET', status, '1', 0), null, `never a ${status}`);
@@ -132,5 +134,17 @@ t.test('the box CLI retries, says so on stderr, and takes BOXHOST_RETRIES', asyn
     t.match(run.stderr, /^box: refused 1 \(HTTP 429\); trying again in 1 s \(1 of 1\)$/m, `${how}: the retry is said`);
     t.match(run.stderr, /^error: refused 2$/m, `${how}: then the last refusal`);
     t.same(s.seen, [call, call], `${how}: BOXHOST_RETRIES=1, one more try`);
+  }
+  // Sent once: a 503 of exec's handshake (the api starts the process before it upgrades), a
+  // verb (a refused run is recorded as an event).
+  for (const [how, args, status] of [
+    ['a 503 of exec (its WebSocket handshake)', ['exec', 'web', '-p', 'p', '--', 'true'], 503],
+    ['a 429 of a verb', ['verb', 'kv1', 'put', '-p', 'p', 'k', 'v'], 429],
+  ] as const) {
+    const s = await stubServer(t, [{ status, retryAfter: '1' }]);
+    const run = await box([...args], { BOXHOST_URL: s.url, BOXHOST_TOKEN: 'tok' });
+    t.equal(run.code, 1, `${how}: exit 1`);
+    t.equal(s.seen.length, 1, `${how}: sent once`);
+    t.notMatch(run.stderr, /trying again/, `${how}: no retry said`);
   }
 });

@@ -74,7 +74,8 @@ export function register(program: Command): void {
   projectOption(program.command('verb <box> <verb> [args...]').description("run a pack instance's verb; records an event (box events)"))
     .option('--env <KEY=VALUE>', 'a variable the verb declares (repeatable)', keyValue)
     .action(action<{ project?: string; env?: Record<string, string> }>(async (ctx, [box, verb, args], o) => {
-      const { body } = await ctx.client.post<VerbResult>(`${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', box, 'verbs', verb)}`, { args: args ?? [], env: o.env });
+      // Never sent again: a run the api refused is still recorded as an event (box events).
+      const { body } = await ctx.client.post<VerbResult>(`${apiPath('v1', 'projects', ctx.project(o.project), 'boxes', box, 'verbs', verb)}`, { args: args ?? [], env: o.env }, { retry: false });
       if (ctx.json) return ctx.show(body, () => undefined);
       process.stdout.write(body.stdout ?? '');
       process.stderr.write(body.stderr ?? '');
