@@ -76,6 +76,12 @@ t.test(`${N} boxes in one project on one node`, async (t) => {
     const slow = profiler.samples.filter((x) => x.phase === `create batch ${b}`).sort((x, y) => y.ms - x.ms).slice(0, 6);
     t.comment(`batch ${b} (${(ms / 1000).toFixed(1)} s), its slowest host commands: ${slow.map((x) => `${x.label} ${(x.ms / 1000).toFixed(1)} s`).join(', ') || 'no host command'}`);
   }
+  // And what the storage watchdog said meanwhile (a hung zfs-fuse it restarted, or one that came
+  // back by itself).
+  if (batchMs.some((ms) => ms >= 3 * sorted[Math.floor(sorted.length / 2)])) {
+    const said = host.logs.filter((l) => typeof l.msg === 'string' && /storage|zfs-fuse/i.test(l.msg)).map((l) => `${new Date(l.time).toISOString().slice(11, 19)} ${l.msg}`);
+    t.comment(`the storage watchdog: ${said.join('; ') || 'said nothing'}`);
+  }
   t.ok(timings[`create ${N}, ${BATCH} at a time`] < CREATE_BUDGET_MS, `created within ${CREATE_BUDGET_MS / 60_000} minutes`);
 
   await t.test('all run, each at its own address of the project block', async (t) => {
