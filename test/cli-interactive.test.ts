@@ -2,31 +2,17 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
 import t from 'tap';
 import { run, sleep } from '../core/command';
 import { startTestHost } from './helpers/host';
+import { BOX_MAIN, runBox } from './helpers/cli';
 
 /**
  * The CLI's interactive and file commands against a real host: `box cp` both ways (a file and a
  * directory tree), `box cat`, `box files ls/stat/rm`, and `box exec -it` / `box console` driven
  * through tmux (keys sent, the pane read back, the exit code passed through).
  */
-const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
-
-function box(args: string[], env: Record<string, string>, input?: Buffer): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_') && k !== 'XDG_CONFIG_HOME'));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { env: { ...base, ...env } as NodeJS.ProcessEnv, stdio: ['pipe', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    let stderr = '';
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => (stderr += b));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out), stderr }));
-    child.stdin.end(input);
-  });
-}
+const box = runBox;
 
 const sha = (b: Buffer) => crypto.createHash('sha256').update(b).digest('hex');
 
@@ -44,7 +30,7 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
     const up = await box(['cp', path.join(work, 'blob'), 'web:/tmp/blob'], env);
     t.equal(up.code, 0, `box cp ./blob web:/tmp/blob (${up.stderr.trim()})`);
     const cat = await box(['cat', 'web:/tmp/blob'], env);
-    t.equal(sha(cat.stdout), sha(data), 'box cat: the same bytes');
+    t.equal(sha(cat.stdoutBytes), sha(data), 'box cat: the same bytes');
     const stat = await box(['files', 'stat', 'web', '/tmp/blob', '--json'], env);
     t.equal(JSON.parse(stat.stdout.toString()).mode, '0640', 'the local mode went along');
     const down = await box(['cp', 'web:/tmp/blob', work + '/back'], env);
@@ -108,7 +94,7 @@ t.test('box cp, cat, files, exec -it and console', async (t) => {
       fs.rmSync(codeFile, { force: true });
       await tmux(['kill-server']);
       sock = `${prefix}-${++sessions}`;
-      const r = await tmux(['new-session', '-d', '-x', '120', '-y', '40', `env ${envs} ${process.execPath} ${MAIN} ${cmd}; echo "EXIT=$?" > ${codeFile}; sleep 30`]);
+      const r = await tmux(['new-session', '-d', '-x', '120', '-y', '40', `env ${envs} ${process.execPath} ${BOX_MAIN} ${cmd}; echo "EXIT=$?" > ${codeFile}; sleep 30`]);
       t.equal(r.exitCode, 0, `tmux runs box ${cmd}${r.exitCode ? `: ${r.stderr.trim()}` : ''}`);
     };
     const pane = async () => (await tmux(['capture-pane', '-p', '-J'])).stdout;

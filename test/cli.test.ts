@@ -6,29 +6,12 @@ import { spawn } from 'node:child_process';
 import t, { Test } from 'tap';
 import { startTestHost } from './helpers/host';
 import { testJobs } from './fixtures/testJobs';
+import { BOX_MAIN, BoxRun, boxEnv, runBox } from './helpers/cli';
 
-/** The compiled CLI (this file runs as dist/test/cli.test.js). */
-const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
+const MAIN = BOX_MAIN;
+type Run = BoxRun;
 /** Runs `box ARGS` with an environment of its own: nothing of the caller's BOXHOST_* leaks in. */
-function box(args: string[], env: Record<string, string | undefined>): Promise<Run> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_') && k !== 'XDG_CONFIG_HOME'));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { env: { ...base, ...env } as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (b: Buffer) => (stdout += b));
-    child.stderr.on('data', (b: Buffer) => (stderr += b));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const box = (args: string[], env: Record<string, string | undefined>): Promise<Run> => runBox(args, env);
 
 const json = (r: Run) => {
   try {
@@ -328,11 +311,10 @@ t.test('box CLI against a real host', async (t) => {
     const own = await run('exec', 'web', ...p, '--', 'sh', '-c', 'exit 124');
     t.equal(own.code, 124);
     t.equal(own.stderr, '', "the command's own 124 is not called a timeout");
-    const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_')));
     // The output streams as it comes: the command waits for a mark the test makes only once it
     // has seen the first line (held back to the end, the command would run into its timeout).
     const streamed = await new Promise<{ code: number | null; out: string }>((resolve, reject) => {
-      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--timeout', '30', '--', 'sh', '-c', 'rm -f /tmp/go; echo first; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo second'], { env: { ...cleanEnv, ...env } });
+      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--timeout', '30', '--', 'sh', '-c', 'rm -f /tmp/go; echo first; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo second'], { env: boxEnv(env) });
       let out = '';
       let marked = false;
       child.stdout.on('data', (b: Buffer) => {
@@ -349,7 +331,7 @@ t.test('box CLI against a real host', async (t) => {
     // Byte for byte: 3 MB of random bytes, and a slow reader (a pipe read later) loses none.
     const made = await run('exec', 'web', ...p, '--', 'sh', '-c', 'head -c 3000000 /dev/urandom > /tmp/r && sha256sum /tmp/r');
     const bytes = await new Promise<Buffer>((resolve, reject) => {
-      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--', 'cat', '/tmp/r'], { env: { ...cleanEnv, ...env } });
+      const child = spawn(process.execPath, [MAIN, 'exec', 'web', ...p, '--', 'cat', '/tmp/r'], { env: boxEnv(env) });
       const chunks: Buffer[] = [];
       child.stdout.pause();
       setTimeout(() => child.stdout.on('data', (b: Buffer) => chunks.push(b)).resume(), 1500);

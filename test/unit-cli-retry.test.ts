@@ -1,10 +1,9 @@
 import './helpers/childEnv';
 import http from 'node:http';
-import path from 'node:path';
 import { AddressInfo } from 'node:net';
-import { spawn } from 'node:child_process';
 import t, { Test } from 'tap';
 import { ApiError, Client, retryAfterSecs, RetryPolicy } from '../cli/client';
+import { runBox } from './helpers/cli';
 
 /**
  * The CLI sends a call the api refused for now again (cli/client.ts `retryAfterSecs`): a 429
@@ -111,17 +110,7 @@ t.test('it gives up after its retries, with the last refusal', async (t) => {
   t.same(waited, [1000, 2000]);
 });
 
-const MAIN = path.resolve(__dirname, '..', 'cli', 'main.js');
-function box(args: string[], env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BOXHOST_') && k !== 'XDG_CONFIG_HOME'));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (b: Buffer) => (stderr += b));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stderr }));
-  });
-}
+const box = runBox;
 
 t.test('the box CLI retries, says so on stderr, and takes BOXHOST_RETRIES', async (t) => {
   for (const [how, args, call] of [
