@@ -202,11 +202,10 @@ export function defaultRetryPolicy(env: NodeJS.ProcessEnv = process.env): RetryP
 /** Seconds to wait before sending a refused call again, or null when it is not sent again. */
 export function retryAfterSecs(method: string, status: number, header: string | undefined, attempt: number): number | null {
   const given = header !== undefined && /^\d+$/.test(header.trim()) ? Number(header.trim()) : null;
-  if (status === 429) return given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
-  if (status === 503 && (method === 'GET' || method === 'HEAD')) {
-    if (given !== null) return given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
-    return Math.min(2 ** attempt, RETRY_MAX_WAIT_S);
-  }
+  // What the api asked for, if it is short enough to wait.
+  const asked = given !== null && given <= RETRY_MAX_WAIT_S ? Math.max(given, 1) : null;
+  if (status === 429) return asked;
+  if (status === 503 && (method === 'GET' || method === 'HEAD')) return given === null ? Math.min(2 ** attempt, RETRY_MAX_WAIT_S) : asked;
   return null;
 }
 
@@ -332,7 +331,7 @@ export class Client {
 }
 
 /** JSON, or undefined for text that is not. */
-function parseJson(text: string): any {
+export function parseJson(text: string): any {
   try {
     return JSON.parse(text);
   } catch {

@@ -1,6 +1,6 @@
 import WebSocket from 'ws';
 import { Channel, parseWsFrame, rawSocket, WS_SUBPROTOCOL, wsFrame, wsJson } from '../core/wsChannel';
-import { ApiError, ConnectionError, type Client } from './client';
+import { ApiError, ConnectionError, parseJson, type Client } from './client';
 
 /** Where a session's output goes: a handler answering false is full (a stream's `write`), and
  *  the session reads nothing more until `drain` is called (back-pressure up to the box). */
@@ -43,15 +43,7 @@ function openSessionOnce(client: Client, path: string, query: URLSearchParams): 
     ws.on('unexpected-response', (_req, res) => {
       let text = '';
       res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => {
-        let body: any;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = undefined;
-        }
-        reject(client.toError(res.statusCode ?? 0, res.statusMessage ?? '', body, text, res.headers['retry-after']));
-      });
+      res.on('end', () => reject(client.toError(res.statusCode ?? 0, res.statusMessage ?? '', parseJson(text), text, res.headers['retry-after'])));
     });
     ws.on('error', (e) => reject(new ConnectionError(client.endpoint, e)));
     ws.on('open', () => {
