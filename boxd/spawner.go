@@ -8,8 +8,10 @@ package main
 //
 // Wire (stdin and stdout, one byte stream each way): every frame is a 4-byte big-endian length,
 // then that many bytes.
-//   request: a JSON header {id, argv, env: ["K=V"…], cwd?, timeoutMs?, noStdio?, inputLen?},
-//            then, when inputLen is given, a frame of exactly that many input bytes.
+//   request: a JSON header {id, argv, env: ["K=V"…], cwd?, timeoutMs?, noStdio?, inputLen?,
+//            lock?}, then, when inputLen is given, a frame of exactly that many input bytes.
+//            `lock` is a file held (flock LOCK_EX, across processes) from before the command
+//            starts until it exits; the wait for it counts toward timeoutMs.
 //   answer:  {ready: true} once, at start; then per request a JSON header
 //            {id, exitCode (null when a signal ended it), stdoutLen, stderrLen}, then a frame
 //            of stdout bytes and one of stderr bytes; or {id, error} alone (it did not start).
@@ -51,6 +53,8 @@ type spawnRequest struct {
 	// /proc/self/mountinfo names them: ro, noexec, noatime…).
 	Path string   `json:"path,omitempty"`
 	Keep []string `json:"keep,omitempty"`
+	// A lock file held while the command runs (core/command.ts RunOptions.lockFile).
+	Lock string `json:"lock,omitempty"`
 }
 
 type spawnError struct {
@@ -186,6 +190,20 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 			return
 		}
 	}
+	started := time.Now()
+	if req.Lock != "" {
+		unlock, err := lockFile(req.Lock, req.TimeoutMs)
+		if err == errLockTimeout {
+			// As a command killed at its deadline: no exit code.
+			out.send(spawnAnswer{ID: req.ID, StderrLen: len(lockTimeoutMsg)}, nil, []byte(lockTimeoutMsg))
+			return
+		}
+		if err != nil {
+			out.send(spawnAnswer{ID: req.ID, Error: &spawnError{Message: "lock " + req.Lock + ": " + err.Error(), Syscall: "flock", Path: req.Lock}}, nil, nil)
+			return
+		}
+		defer unlock()
+	}
 	cmd := &exec.Cmd{Path: bin, Args: req.Argv, Env: req.Env, Dir: req.Cwd, ExtraFiles: extra}
 	var stdout, stderr limitedBuffer
 	if !req.NoStdio {
@@ -201,7 +219,7 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 	}
 	var timer *time.Timer
 	if req.TimeoutMs > 0 {
-		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { _ = cmd.Process.Kill() })
+		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond-time.Since(started), func() { _ = cmd.Process.Kill() })
 	}
 	// With pipes, Wait returns once they closed (all the output read); without stdio, at exit:
 	// what the command started may live on (`runc run --detach`).
@@ -404,4 +422,49 @@ func errnoName(e syscall.Errno) string {
 		return "EOPNOTSUPP"
 	}
 	return fmt.Sprintf("E%d", int(e))
+}
+
+var errLockTimeout = errors.New("timed out")
+
+const lockTimeoutMsg = "boxd spawner: the command's lock was not free within its deadline; it was not started\n"
+
+// lockFile takes an exclusive flock(2) on path, waiting at most timeoutMs (0: for ever), and
+// answers what lets it go. The descriptor is close-on-exec: commands never inherit the lock, and
+// it goes with this process should it end. A wait that outlives its deadline is left to finish
+// in the background and lets go at once.
+func lockFile(path string, timeoutMs int64) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	got := make(chan error, 1)
+	go func() {
+		for {
+			err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+			if err != syscall.EINTR {
+				got <- err
+				return
+			}
+		}
+	}()
+	var deadline <-chan time.Time
+	if timeoutMs > 0 {
+		t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		return func() { _ = f.Close() }, nil
+	case <-deadline:
+		go func() {
+			<-got
+			_ = f.Close()
+		}()
+		return nil, errLockTimeout
+	}
 }

@@ -19,6 +19,9 @@ export interface RunOptions {
   timeoutMs?: number;
   /** Answer instead of throwing on a non-zero exit. */
   allowFailure?: boolean;
+  /** A file held locked (flock(2), exclusive, across processes) from before the command starts
+   *  until it ends; the wait for it counts toward `timeoutMs`. */
+  lockFile?: string;
 }
 
 export interface RunResult {
@@ -44,8 +47,11 @@ export async function run(argv: string[], opts: RunOptions = {}): Promise<RunRes
 }
 
 function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
+  // The lock through flock(1): it holds the lock until the command ends (-o: the command does
+  // not inherit it, so a killed flock lets go at once).
+  const started = opts.lockFile ? ['flock', '-o', opts.lockFile, ...argv] : argv;
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), {
+    const child = spawn(started[0], started.slice(1), {
       env: opts.env ?? process.env,
       stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     });

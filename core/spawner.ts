@@ -40,6 +40,8 @@ export interface SpawnRequest {
   /** The mount point of `remount-private`, and its mount's options to keep (mountinfo's names). */
   path?: string;
   keep?: string[];
+  /** A file the helper holds locked (flock, exclusive) while the command runs (RunOptions.lockFile). */
+  lock?: string;
 }
 
 /** A box's eth0 on its project bridge, made or removed by the helper over netlink as the CNI
@@ -310,13 +312,13 @@ function settle(): void {
 }
 
 /** Runs argv through the helper and collects its output; null when the helper cannot take it. */
-export function spawnCollect(argv: string[], opts: { env?: NodeJS.ProcessEnv; input?: string | Buffer; timeoutMs?: number; cwd?: string; noStdio?: boolean }): Promise<Collected> | null {
+export function spawnCollect(argv: string[], opts: { env?: NodeJS.ProcessEnv; input?: string | Buffer; timeoutMs?: number; cwd?: string; noStdio?: boolean; lockFile?: string }): Promise<Collected> | null {
   if (opts.noStdio && opts.input !== undefined) throw new Error('a command without stdio takes no input');
   // Past the helper's frame bound (boxd/spawner.go), an input would end the helper: started here.
   if (opts.input !== undefined && Buffer.byteLength(opts.input) > MAX_INPUT_BYTES) return null;
   const h = reachable();
   if (!h) return null;
-  return request(h, { id: nextId++, argv, env: { ...(opts.env ?? process.env) }, input: opts.input, timeoutMs: opts.timeoutMs, cwd: opts.cwd, noStdio: opts.noStdio });
+  return request(h, { id: nextId++, argv, env: { ...(opts.env ?? process.env) }, input: opts.input, timeoutMs: opts.timeoutMs, cwd: opts.cwd, noStdio: opts.noStdio, lock: opts.lockFile });
 }
 
 /**

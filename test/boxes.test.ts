@@ -2,6 +2,7 @@ import net from 'node:net';
 import t from 'tap';
 import { startTestHost } from './helpers/host';
 import { run, sleep } from '../core/command';
+import { ZFS_FUSE_MOUNT_LOCK } from '../workers/storage/zfsCommon';
 
 /** Box routes end to end on real runc + ZFS + CNI + Redis, through HTTP. */
 t.test('boxes', async (t) => {
@@ -375,7 +376,7 @@ t.test('boxes', async (t) => {
     // zfs-fuse: a dataset just used is "busy" for a moment; unmount, then retry the rename.
     for (let i = 0; i < 20; i++) {
       await run(['zfs', 'umount', ds], { allowFailure: true });
-      if ((await run(['zfs', 'rename', ds, `${ds}-moved`], { allowFailure: true })).exitCode === 0) break;
+      if ((await run(['zfs', 'rename', ds, `${ds}-moved`], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK })).exitCode === 0) break;
       await sleep(100);
     }
     // A stop and a resume queued behind the create (judged on the running it was to end in).
@@ -409,8 +410,8 @@ t.test('boxes', async (t) => {
     const broken = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=90`);
     t.equal(broken.body.status, 'failed', broken.text);
     t.match(broken.body.error, /^resume failed/);
-    await run(['zfs', 'rename', `${ds}-moved`, ds]);
-    await run(['zfs', 'mount', ds], { allowFailure: true });
+    await run(['zfs', 'rename', `${ds}-moved`, ds], { lockFile: ZFS_FUSE_MOUNT_LOCK });
+    await run(['zfs', 'mount', ds], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
     const back = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=60`);
     t.equal(back.status, 200, back.text);
     t.equal(back.body.status, 'running');

@@ -9,6 +9,7 @@ import path from 'node:path';
 import t from 'tap';
 import { HostPaths } from '../workers/runtime/reach';
 import { run } from '../core/command';
+import { ZFS_FUSE_MOUNT_LOCK } from '../workers/storage/zfsCommon';
 import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';
@@ -109,7 +110,7 @@ t.test('bases', async (t) => {
   t.throws(() => fs.writeFileSync(path.join(storage.baseRootPath(base), 'x'), 'x'), { code: 'EROFS' }, 'base is read-only');
 
   // Half-made: a dataset without @base (a crash during fill) is made again.
-  await run(['zfs', 'create', '-p', `${pool}/bases/tiny/v2`]);
+  await run(['zfs', 'create', '-p', `${pool}/bases/tiny/v2`], { lockFile: ZFS_FUSE_MOUNT_LOCK });
   fs.writeFileSync(path.join(storage.baseRootPath(otherBase), 'junk'), 'x');
   t.equal(await storage.hasBase(otherBase), false);
   await storage.createBase(otherBase, async (dir) => fs.writeFileSync(path.join(dir, 'v2'), 'two'));
@@ -436,8 +437,8 @@ t.test('a half-made base copy whose maker is gone is made again', async (t) => {
   await storage.createBase(base, async (dir) => fs.writeFileSync(path.join(dir, 'f'), 'f'));
   const p3 = projectIdMap(3);
   const copy = `${pool}/shifted/tiny/v1/${p3.hostId}`;
-  await run(['zfs', 'create', '-p', `${pool}/shifted/tiny/v1`]);
-  await run(['zfs', 'clone', '-o', 'boxhost:maker=999999999', `${pool}/bases/tiny/v1@base`, copy]);
+  await run(['zfs', 'create', '-p', `${pool}/shifted/tiny/v1`], { lockFile: ZFS_FUSE_MOUNT_LOCK });
+  await run(['zfs', 'clone', '-o', 'boxhost:maker=999999999', `${pool}/bases/tiny/v1@base`, copy], { lockFile: ZFS_FUSE_MOUNT_LOCK });
   const root = await storage.createBoxRoot('bhalf', { kind: 'base', base }, 1, p3);
   t.same(owner(path.join(root, 'f')), [p3.hostId, p3.hostId]);
   t.ok((await datasets('snapshot')).includes(`${copy}@base`));

@@ -3,7 +3,7 @@
  * here (output, input, exit codes, a missing binary, the timeout), a process whose event loop
  * is not held by the forks, and a helper that never keeps its parent alive.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,6 +35,45 @@ for (const on of [false, true]) {
     t.ok(big.stdout.endsWith('aé'), 'and decoded as UTF-8');
     const spawnFailed = await run(['/nonexistent/binary']).catch((e) => e);
     t.match(spawnFailed, { code: 'ENOENT', syscall: 'spawn /nonexistent/binary', path: '/nonexistent/binary' }, 'a spawn error keeps its fields');
+  });
+}
+
+for (const on of [false, true]) {
+  t.test(`run() with a lock file ${on ? 'through the spawner' : 'started here'}: commands take turns, across processes`, async (t) => {
+    useSpawner(on);
+    t.teardown(() => useSpawner(false));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bh-lock-'));
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const lockFile = path.join(dir, 'lock');
+    const log = path.join(dir, 'log');
+    // Each writes "<i>{" then, a while later, "}": with the lock no two are ever inside at once.
+    const step = (i: number) => run(['sh', '-c', 'printf "$0{" >> "$1"; sleep 0.05; printf "}" >> "$1"', String(i), log], { lockFile });
+    await Promise.all(Array.from({ length: 6 }, (_, i) => step(i)));
+    t.match(fs.readFileSync(log, 'utf8'), /^(\d\{\}){6}$/, `one at a time: ${fs.readFileSync(log, 'utf8')}`);
+    // Positive control: without the lock the same commands overlap.
+    fs.writeFileSync(log, '');
+    await Promise.all(Array.from({ length: 6 }, (_, i) => run(['sh', '-c', 'printf "$0{" >> "$1"; sleep 0.05; printf "}" >> "$1"', String(i), log])));
+    t.notMatch(fs.readFileSync(log, 'utf8'), /^(\d\{\}){6}$/, `without it they overlap: ${fs.readFileSync(log, 'utf8')}`);
+    // Held by another process (flock(1), as another node or test host would): the command waits
+    // for it, and one whose deadline passes first never starts.
+    const holder = spawn('flock', [lockFile, 'sleep', '30'], { stdio: 'ignore', detached: true });
+    const letGo = () => {
+      try {
+        process.kill(-holder.pid!, 'SIGKILL'); // flock and its sleep, which holds the lock too
+      } catch {
+        // gone already
+      }
+    };
+    t.teardown(letGo);
+    while (spawnSync('flock', ['-n', lockFile, 'true']).status === 0) await new Promise((r) => setTimeout(r, 10));
+    const waited = await run(['sh', '-c', 'touch "$0"', path.join(dir, 'started')], { lockFile, timeoutMs: 300, allowFailure: true });
+    t.equal(waited.exitCode, null, 'its deadline passed while another process held the lock: no exit code');
+    t.notOk(fs.existsSync(path.join(dir, 'started')), 'and it never started');
+    const later = run(['sh', '-c', 'echo ran'], { lockFile, timeoutMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    letGo();
+    t.equal((await later).stdout, 'ran\n', 'one that waits runs once the other process lets go');
+    t.equal((await run(['true'], { lockFile, timeoutMs: 2000 })).exitCode, 0, 'and the lock is free again after a timed-out wait');
   });
 }
 

@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import t, { type Test } from 'tap';
 import { daemonArcMb, processStartMs } from '../workers/storage/zfsFuse';
 import { isPrivateMount, mountFlagsIn } from '../workers/storage/hostFs';
+import { mayMount } from '../workers/storage/zfsCommon';
 
 const old = (text: string) => ({ text, mtimeMs: 0 });
 
@@ -61,4 +62,15 @@ t.test('mountFlagsIn: the options of the last mount at exactly that point', asyn
   t.same([...mountFlagsIn(info, '/var/tmp/with space')!], ['rw', 'nosuid'], 'spaces are escaped as \\040');
   t.equal(mountFlagsIn(info, '/var/tmp/d/mnt/boxes'), null, 'no mount there');
   t.equal(mountFlagsIn('22 1 0:21 / /x rw - t s rw', '/x')?.has('rw'), true, 'a last line without a newline');
+});
+
+t.test('which zfs and zpool commands may mount, and so take turns on zfs-fuse (zfsCommon mayMount)', async (t) => {
+  for (const args of [['clone', 'p/a@s', 'p/b'], ['create', '-o', 'quota=1G', 'p/v'], ['mount', 'p/a'], ['rename', 'p/a', 'p/b'], ['rollback', '-r', 'p/a@s'], ['promote', 'p/b'], ['receive', '-F', 'p/v'], ['set', 'mountpoint=/x', 'p/a'], ['inherit', 'canmount', 'p/a']]) {
+    t.ok(mayMount(args), `zfs ${args.join(' ')}`);
+  }
+  for (const args of [['list', '-H'], ['get', 'mountpoint', 'p/a'], ['destroy', '-r', 'p/a'], ['umount', 'p/a'], ['snapshot', 'p/a@s'], ['receive', '-u', 'p/v'], ['set', 'quota=1G', 'p/a'], ['inherit', 'setuid', 'p/a'], ['hold', 't', 'p/a@s']]) {
+    t.notOk(mayMount(args), `not zfs ${args.join(' ')}`);
+  }
+  t.ok(mayMount(['import', '-d', '/d', 'p'], true) && mayMount(['create', '-m', '/m', 'p', '/img'], true), 'zpool import and create');
+  t.notOk(mayMount(['list', '-H'], true) || mayMount(['destroy', '-f', 'p'], true) || mayMount(['export', 'p'], true), 'not zpool list, destroy, export');
 });

@@ -26,9 +26,10 @@
  * lock), zfsPool.ts (daemon, pool, health, restart), zfsBases.ts, zfsRoots.ts, zfsSnapshots.ts;
  * data volumes (zfsVolumes.ts) use the same datasets as their kit.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import type { BaseRef, BoxSnapshotInfo, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
-import { checkComponent, noop } from './zfsCommon';
+import { checkComponent, noop, ZFS_FUSE_MOUNT_LOCK } from './zfsCommon';
 import { ZfsBases } from './zfsBases';
 import { ZfsDatasets, type ZfsKit } from './zfsDatasets';
 import { ZfsFuseDaemon } from './zfsFuse';
@@ -98,6 +99,7 @@ export class ZfsStorage implements StorageDriver {
       concurrency: opts.concurrency,
       log,
       daemonPid: () => daemon.pid(),
+      mountLock: daemon.installed && !fs.existsSync('/dev/zfs') ? ZFS_FUSE_MOUNT_LOCK : undefined,
     });
     this.bases = new ZfsBases(this.datasets);
     this.poolPart = new ZfsPool(this.datasets, daemon, {

@@ -28,6 +28,42 @@ export const USER_SNAPSHOT = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,127}$/;
 
 export const noop = () => {};
 
+/**
+ * zfs-fuse's daemon hands each new mount to its FUSE listener threads through one pipe, in two
+ * write(2)s (the mount's record, then its path: zfsfuse_newfs in src/zfs-fuse/fuse_listener.c),
+ * from whichever of its 8 ioctl workers ran the mount. Two mounts at once can interleave those
+ * writes; the listener then reads a path length out of another mount's bytes (seen here: 879 MB)
+ * and waits in read(2) for it while holding the lock every FUSE request of the machine needs: the
+ * data path of every pool hangs for good, while `zpool list` still answers (issue 13's hang,
+ * caught 2026-11-29 with the listener thread in read(fd 6, …, 0x346b62f1)). So commands that
+ * mount on a zfs-fuse machine take turns machine-wide, every process and pool alike, on this
+ * file (core/command.ts RunOptions.lockFile). Kernel ZFS mounts through mount(2): no lock.
+ */
+export const ZFS_FUSE_MOUNT_LOCK = '/run/lock/boxhost-zfs-fuse-mounts.lock';
+
+/** Whether `zfs <args>` (or `zpool <args>` with `zpool`) may mount a filesystem. */
+export function mayMount(args: readonly string[], zpool = false): boolean {
+  const [verb, ...rest] = args;
+  if (zpool) return verb === 'create' || verb === 'import';
+  switch (verb) {
+    case 'clone':
+    case 'create':
+    case 'mount':
+    case 'rename':
+    case 'rollback':
+    case 'promote':
+      return true;
+    case 'receive':
+    case 'recv':
+      return !rest.includes('-u');
+    case 'set':
+    case 'inherit':
+      return rest.some((a) => /^(mountpoint|canmount)(=|$)/.test(a));
+    default:
+      return false;
+  }
+}
+
 export const isMissing = (text: string) => /does not exist|no such pool|could not find any snapshots/i.test(text);
 export const isBusy = (text: string) => /is busy|device busy/i.test(text);
 export const isExists = (text: string) => /already exists/i.test(text);

@@ -10,7 +10,7 @@ import type { BaseRef, BoxSnapshotInfo, DriverLogger, IdMap } from '../drivers';
 import { isPrivateMount, mountFlags } from './hostFs';
 import { PoolLock } from './poolLock';
 import { remountPrivate } from '../../core/spawner';
-import { binary, BUSY_TRIES, checkComponent, CMD_TIMEOUT_MS, DESCRIPTION_PROP, Gate, INTERNAL, isBusy, isMissing, lines, serialized, snapName } from './zfsCommon';
+import { binary, BUSY_TRIES, checkComponent, CMD_TIMEOUT_MS, DESCRIPTION_PROP, Gate, INTERNAL, isBusy, isMissing, lines, mayMount, serialized, snapName } from './zfsCommon';
 
 /** ZFS primitives of one pool, shared by the box storage and data volumes. */
 export interface ZfsKit {
@@ -56,6 +56,8 @@ export interface ZfsDatasetsOptions {
   log: DriverLogger;
   /** The zfs-fuse daemon's pid, if one is known: a command killed at its deadline names it. */
   daemonPid: () => number | null;
+  /** The machine-wide lock that commands which mount hold (ZFS_FUSE_MOUNT_LOCK), on zfs-fuse. */
+  mountLock?: string;
 }
 
 export class ZfsDatasets implements ZfsKit {
@@ -131,17 +133,19 @@ export class ZfsDatasets implements ZfsKit {
    * cannot deadlock.
    */
   zfs(args: string[], allowFailure = false): Promise<RunResult> {
-    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => this.timed([this.zfsBin, ...args], allowFailure));
+    const lockFile = this.opts.mountLock && mayMount(args) ? this.opts.mountLock : undefined;
+    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => this.timed([this.zfsBin, ...args], allowFailure, lockFile));
   }
 
   zpool(args: string[], allowFailure = false): Promise<RunResult> {
-    return this.timed([this.zpoolBin, ...args], allowFailure);
+    return this.timed([this.zpoolBin, ...args], allowFailure, this.opts.mountLock && mayMount(args, true) ? this.opts.mountLock : undefined);
   }
 
-  /** A command killed at its deadline (no exit code) is remembered: `init` asks. */
-  async timed(argv: string[], allowFailure: boolean): Promise<RunResult> {
+  /** A command killed at its deadline (no exit code) is remembered: `init` asks. `lockFile`:
+   *  held while it runs (commands that mount, on zfs-fuse: ZFS_FUSE_MOUNT_LOCK). */
+  async timed(argv: string[], allowFailure: boolean, lockFile?: string): Promise<RunResult> {
     try {
-      const r = await run(argv, { allowFailure, timeoutMs: this.cmdTimeoutMs });
+      const r = await run(argv, { allowFailure, timeoutMs: this.cmdTimeoutMs, lockFile });
       if (r.exitCode === null) this.hungDaemon = this.opts.daemonPid();
       return r;
     } catch (e) {
