@@ -11,7 +11,9 @@ package main
 //   request: a JSON header {id, argv, env: ["K=V"…], cwd?, timeoutMs?, noStdio?, inputLen?,
 //            lock?}, then, when inputLen is given, a frame of exactly that many input bytes.
 //            `lock` is a file held (flock LOCK_EX, across processes) from before the command
-//            starts until it exits; the wait for it counts toward timeoutMs.
+//            starts until it exits; the wait for it counts toward timeoutMs, and a command
+//            whose lock was not free in time is answered {id, error: {code: ETIMEDOUT,
+//            syscall: flock}} without being started.
 //   answer:  {ready: true} once, at start; then per request a JSON header
 //            {id, exitCode (null when a signal ended it), stdoutLen, stderrLen}, then a frame
 //            of stdout bytes and one of stderr bytes; or {id, error} alone (it did not start).
@@ -191,17 +193,25 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 		}
 	}
 	started := time.Now()
+	unlock := func() {}
 	if req.Lock != "" {
-		unlock, err := lockFile(req.Lock, req.TimeoutMs)
+		let, err := lockFile(req.Lock, req.TimeoutMs)
+		if err == nil && req.TimeoutMs > 0 && time.Since(started) >= time.Duration(req.TimeoutMs)*time.Millisecond {
+			let()
+			err = errLockTimeout
+		}
 		if err == errLockTimeout {
-			// As a command killed at its deadline: no exit code.
-			out.send(spawnAnswer{ID: req.ID, StderrLen: len(lockTimeoutMsg)}, nil, []byte(lockTimeoutMsg))
+			// Not started: an error answer (the node tells it from a command killed at its
+			// deadline, which would count as a hung storage daemon).
+			out.send(spawnAnswer{ID: req.ID, Error: &spawnError{Message: fmt.Sprintf("%s was not started: the lock %s was not free within %d ms", req.Argv[0], req.Lock, req.TimeoutMs), Code: "ETIMEDOUT", Syscall: "flock", Path: req.Lock}}, nil, nil)
 			return
 		}
 		if err != nil {
 			out.send(spawnAnswer{ID: req.ID, Error: &spawnError{Message: "lock " + req.Lock + ": " + err.Error(), Syscall: "flock", Path: req.Lock}}, nil, nil)
 			return
 		}
+		var once sync.Once
+		unlock = func() { once.Do(let) }
 		defer unlock()
 	}
 	cmd := &exec.Cmd{Path: bin, Args: req.Argv, Env: req.Env, Dir: req.Cwd, ExtraFiles: extra}
@@ -224,6 +234,8 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 	// With pipes, Wait returns once they closed (all the output read); without stdio, at exit:
 	// what the command started may live on (`runc run --detach`).
 	_ = cmd.Wait()
+	// Let go at the exit, not once the answer is written (the node may be slow to read it).
+	unlock()
 	if timer != nil {
 		timer.Stop()
 	}
@@ -426,12 +438,11 @@ func errnoName(e syscall.Errno) string {
 
 var errLockTimeout = errors.New("timed out")
 
-const lockTimeoutMsg = "boxd spawner: the command's lock was not free within its deadline; it was not started\n"
-
 // lockFile takes an exclusive flock(2) on path, waiting at most timeoutMs (0: for ever), and
 // answers what lets it go. The descriptor is close-on-exec: commands never inherit the lock, and
 // it goes with this process should it end. A wait that outlives its deadline is left to finish
-// in the background and lets go at once.
+// in the background (a goroutine and a descriptor until the holder lets go: at most one per
+// command the node gave up on) and lets go at once.
 func lockFile(path string, timeoutMs int64) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -46,21 +46,44 @@ export async function run(argv: string[], opts: RunOptions = {}): Promise<RunRes
   return runHere(argv, opts);
 }
 
+/** A command not started because its lock (RunOptions.lockFile) was not free before its deadline. */
+export const isLockTimeout = (e: unknown): boolean => (e as NodeJS.ErrnoException)?.code === 'ETIMEDOUT' && (e as NodeJS.ErrnoException).syscall === 'flock';
+
+function lockTimeout(argv: string[], opts: RunOptions): Error {
+  return Object.assign(new Error(`${argv[0]} was not started: the lock ${opts.lockFile} was not free within ${opts.timeoutMs} ms`), { code: 'ETIMEDOUT', syscall: 'flock', path: opts.lockFile });
+}
+
+/** flock(1)'s exit code when its wait (-w) ran out, as runHere asks it (-E). */
+const FLOCK_GAVE_UP = 75;
+
 function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
-  // The lock through flock(1): it holds the lock until the command ends (-o: the command does
-  // not inherit it, so a killed flock lets go at once).
-  const started = opts.lockFile ? ['flock', '-o', opts.lockFile, ...argv] : argv;
+  // The lock through flock(1), which holds it until the command ends (-o: the command does not
+  // inherit it). Both run in a process group of their own, killed whole at the deadline, so the
+  // lock is never let go while the command still runs.
+  const locked = opts.lockFile !== undefined;
+  // (Its wait ends a little before the deadline, so a lock never free reads as such, not as a kill.)
+  const wait = opts.timeoutMs ? ['-w', String(Math.max(50, opts.timeoutMs - 200) / 1000)] : [];
+  const started = locked ? ['flock', '-o', '-E', String(FLOCK_GAVE_UP), ...wait, opts.lockFile!, ...argv] : argv;
   return new Promise((resolve, reject) => {
     const child = spawn(started[0], started.slice(1), {
       env: opts.env ?? process.env,
       stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      detached: locked,
     });
+    const kill = () => {
+      try {
+        if (locked) process.kill(-child.pid!, 'SIGKILL');
+        else child.kill('SIGKILL');
+      } catch {
+        // ended meanwhile
+      }
+    };
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout!.on('data', (b: Buffer) => out.push(b));
     child.stderr!.on('data', (b: Buffer) => err.push(b));
     let timer: NodeJS.Timeout | undefined;
-    if (opts.timeoutMs) timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
+    if (opts.timeoutMs) timer = setTimeout(kill, opts.timeoutMs);
     child.on('error', (e) => {
       if (timer) clearTimeout(timer);
       reject(e);
@@ -68,6 +91,7 @@ function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
     child.on('close', (code) => {
       if (timer) clearTimeout(timer);
       const res = { exitCode: code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
+      if (locked && code === FLOCK_GAVE_UP && !res.stdout) return reject(lockTimeout(argv, opts));
       if (code !== 0 && !opts.allowFailure) reject(new CommandError(argv, code, res.stdout, res.stderr));
       else resolve(res);
     });

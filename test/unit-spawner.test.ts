@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { CommandError, run } from '../core/command';
+import { CommandError, isLockTimeout, run } from '../core/command';
 import { remountPrivate, spawnCollect, SPAWNER_BIN, useSpawner } from '../core/spawner';
 
 for (const on of [false, true]) {
@@ -66,14 +66,29 @@ for (const on of [false, true]) {
     };
     t.teardown(letGo);
     while (spawnSync('flock', ['-n', lockFile, 'true']).status === 0) await new Promise((r) => setTimeout(r, 10));
-    const waited = await run(['sh', '-c', 'touch "$0"', path.join(dir, 'started')], { lockFile, timeoutMs: 300, allowFailure: true });
-    t.equal(waited.exitCode, null, 'its deadline passed while another process held the lock: no exit code');
+    const waited = await run(['sh', '-c', 'touch "$0"', path.join(dir, 'started')], { lockFile, timeoutMs: 400, allowFailure: true }).catch((e) => e);
+    t.ok(isLockTimeout(waited), `its deadline passed while another process held the lock: a lock timeout, not a kill (${waited?.message})`);
     t.notOk(fs.existsSync(path.join(dir, 'started')), 'and it never started');
     const later = run(['sh', '-c', 'echo ran'], { lockFile, timeoutMs: 10_000 });
     await new Promise((r) => setTimeout(r, 100));
     letGo();
     t.equal((await later).stdout, 'ran\n', 'one that waits runs once the other process lets go');
     t.equal((await run(['true'], { lockFile, timeoutMs: 2000 })).exitCode, 0, 'and the lock is free again after a timed-out wait');
+    // A command killed at its deadline dies with its lock's holder: it never runs on unlocked.
+    const pidFile = path.join(dir, 'pid');
+    const killed = await run(['sh', '-c', 'echo $$ > "$0"; exec sleep 30', pidFile], { lockFile, timeoutMs: 500, allowFailure: true });
+    t.equal(killed.exitCode, null, 'killed at its deadline');
+    const pid = Number(fs.readFileSync(pidFile, 'utf8'));
+    let alive = true;
+    for (let i = 0; i < 100 && alive; i++) {
+      try {
+        process.kill(pid, 0);
+        await new Promise((r) => setTimeout(r, 10));
+      } catch {
+        alive = false;
+      }
+    }
+    t.notOk(alive, 'the command itself is gone too');
   });
 }
 

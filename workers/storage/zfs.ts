@@ -91,6 +91,8 @@ export class ZfsStorage implements StorageDriver {
     const log = opts.logger ?? { debug: noop, info: noop, warn: noop };
     const zfsDir = path.join(path.resolve(opts.dataDir), 'zfs');
     const daemon = new ZfsFuseDaemon(log, opts.fuseArcMb);
+    const fuse = daemon.installed && !fs.existsSync('/dev/zfs');
+    if (fuse) fs.mkdirSync(path.dirname(ZFS_FUSE_MOUNT_LOCK), { recursive: true, mode: 0o755 });
     this.datasets = new ZfsDatasets({
       pool,
       root: this.root,
@@ -99,7 +101,7 @@ export class ZfsStorage implements StorageDriver {
       concurrency: opts.concurrency,
       log,
       daemonPid: () => daemon.pid(),
-      mountLock: daemon.installed && !fs.existsSync('/dev/zfs') ? ZFS_FUSE_MOUNT_LOCK : undefined,
+      mountLock: fuse ? ZFS_FUSE_MOUNT_LOCK : undefined,
     });
     this.bases = new ZfsBases(this.datasets);
     this.poolPart = new ZfsPool(this.datasets, daemon, {

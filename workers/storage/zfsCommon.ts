@@ -37,9 +37,11 @@ export const noop = () => {};
  * data path of every pool hangs for good, while `zpool list` still answers (issue 13's hang,
  * caught 2026-11-29 with the listener thread in read(fd 6, …, 0x346b62f1)). So commands that
  * mount on a zfs-fuse machine take turns machine-wide, every process and pool alike, on this
- * file (core/command.ts RunOptions.lockFile). Kernel ZFS mounts through mount(2): no lock.
+ * file (core/command.ts RunOptions.lockFile). Kernel ZFS mounts through mount(2): no lock. In a
+ * directory only root can make (a lock file in /run/lock, which anyone may write, could be taken
+ * by any user first and held).
  */
-export const ZFS_FUSE_MOUNT_LOCK = '/run/lock/boxhost-zfs-fuse-mounts.lock';
+export const ZFS_FUSE_MOUNT_LOCK = '/run/boxhost/zfs-fuse-mounts.lock';
 
 /** Whether `zfs <args>` (or `zpool <args>` with `zpool`) may mount a filesystem. */
 export function mayMount(args: readonly string[], zpool = false): boolean {

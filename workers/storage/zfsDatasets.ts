@@ -38,6 +38,8 @@ export interface ZfsKit {
 }
 
 const DEFAULT_ZFS_CONCURRENCY = 4;
+/** The turn (core `serialized`) this process's commands that mount take before the gate. */
+const MOUNTS_TURN = 'zfs-fuse:mounts';
 const gates = new Map<string, Gate>();
 /** One gate per pool in the process: several drivers of one pool (a test's, a node's) share it. */
 function gateOf(pool: string, limit: number): Gate {
@@ -129,12 +131,17 @@ export class ZfsDatasets implements ZfsKit {
    * process (docs/decisions.md "Storage"): twenty creates or deletes at once otherwise queue
    * dozens of commands inside zfs-fuse, where the watchdog's `zpool list` and the health check
    * wait behind them and a busy daemon looks hung. Those looks use `zpool`, which is not gated.
-   * A command holds its place only while it runs (never while waiting on another), so the gate
-   * cannot deadlock.
+   * A command holds its place only while it runs, or while it waits for the machine's mount
+   * lock (commands that mount, on zfs-fuse: one at a time per process), which no command waits
+   * on the gate to let go: the gate cannot deadlock.
    */
   zfs(args: string[], allowFailure = false): Promise<RunResult> {
-    const lockFile = this.opts.mountLock && mayMount(args) ? this.opts.mountLock : undefined;
-    return gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY).run(() => this.timed([this.zfsBin, ...args], allowFailure, lockFile));
+    const gate = gateOf(this.pool, this.opts.concurrency ?? DEFAULT_ZFS_CONCURRENCY);
+    if (!(this.opts.mountLock && mayMount(args))) return gate.run(() => this.timed([this.zfsBin, ...args], allowFailure));
+    // One command that mounts at a time from this process reaches the gate: while it waits for
+    // the machine's mount lock it holds a place there, which other commands then wait behind.
+    const lockFile = this.opts.mountLock;
+    return serialized(MOUNTS_TURN, () => gate.run(() => this.timed([this.zfsBin, ...args], allowFailure, lockFile)));
   }
 
   zpool(args: string[], allowFailure = false): Promise<RunResult> {

@@ -6,7 +6,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { CommandError, run, sleep, type RunResult } from '../../core/command';
+import { CommandError, isLockTimeout, run, sleep, type RunResult } from '../../core/command';
 import { settleWithin } from '../../core/timeout';
 import type { DriverLogger, StorageProbe } from '../drivers';
 import { fuseMountsOf, mountedUnder, removeEmptyDirs } from './hostFs';
@@ -327,7 +327,11 @@ export class ZfsPool {
     } finally {
       fs.closeSync(fd);
     }
-    const r = await this.d.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true);
+    const r = await this.d.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true).catch((e: unknown) => {
+      // Not started (its mount lock was not free in time): no pool uses the image.
+      if (isLockTimeout(e)) fs.rmSync(this.imagePath, { force: true });
+      throw e;
+    });
     // (A health that cannot be read counts as unknown: the create's own error is the one told.)
     const healthNow = async () => this.poolHealth().catch(() => undefined);
     // Made, but its mount failed: zfs-fuse has answered a FUSE mount with "Input/output error"
