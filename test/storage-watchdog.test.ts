@@ -164,7 +164,7 @@ for (const when of ['before its pool was made', 'with its pool made and mounted'
  * after round, through the driver with room for all sixteen commands at once: each clone takes
  * its turn on the machine-wide mount lock, so at most one `zfs clone` runs at any moment, and the
  * pool answers a statfs after every round. (By hand, 16 raw `zfs create`s at once wedged the
- * daemon within 50 rounds in 2 of 5 tries; with the lock, none in 4 tries of 30 to 50 rounds.)
+ * daemon within 50 rounds in 2 of 5 tries; with the lock, none in 7 tries of 30 to 50 rounds.)
  */
 t.test("box roots cloned at once take turns mounting: zfs-fuse's FUSE threads never wedge", { skip: fs.existsSync('/dev/zfs') ? 'kernel ZFS: mounts need no turns' : false }, async (t) => {
   const dataDir = testDataDir();
