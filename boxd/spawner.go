@@ -11,9 +11,9 @@ package main
 //   request: a JSON header {id, argv, env: ["K=V"…], cwd?, timeoutMs?, noStdio?, inputLen?,
 //            lock?}, then, when inputLen is given, a frame of exactly that many input bytes.
 //            `lock` is a file held (flock LOCK_EX, across processes) from before the command
-//            starts until it exits; the wait for it counts toward timeoutMs, and a command
-//            whose lock was not free in time is answered {id, error: {code: ETIMEDOUT,
-//            syscall: flock}} without being started.
+//            starts until it exits; the wait for it is bounded by timeoutMs too, apart from the
+//            command's own run, and a command whose lock was not free in time is answered
+//            {id, error: {code: ETIMEDOUT, syscall: flock}} without being started.
 //   answer:  {ready: true} once, at start; then per request a JSON header
 //            {id, exitCode (null when a signal ended it), stdoutLen, stderrLen}, then a frame
 //            of stdout bytes and one of stderr bytes; or {id, error} alone (it did not start).
@@ -196,10 +196,6 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 	unlock := func() {}
 	if req.Lock != "" {
 		let, err := lockFile(req.Lock, req.TimeoutMs)
-		if err == nil && req.TimeoutMs > 0 && time.Since(started) >= time.Duration(req.TimeoutMs)*time.Millisecond {
-			let()
-			err = errLockTimeout
-		}
 		if err == errLockTimeout {
 			// Not started: an error answer (the node tells it from a command killed at its
 			// deadline, which would count as a hung storage daemon).
@@ -213,6 +209,9 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 		var once sync.Once
 		unlock = func() { once.Do(let) }
 		defer unlock()
+		// The wait had its own bound: the command gets its whole time (one killed at a deadline
+		// the wait had used up would read as a hung storage daemon).
+		started = time.Now()
 	}
 	cmd := &exec.Cmd{Path: bin, Args: req.Argv, Env: req.Env, Dir: req.Cwd, ExtraFiles: extra}
 	var stdout, stderr limitedBuffer

@@ -20,7 +20,8 @@ export interface RunOptions {
   /** Answer instead of throwing on a non-zero exit. */
   allowFailure?: boolean;
   /** A file held locked (flock(2), exclusive, across processes) from before the command starts
-   *  until it ends; the wait for it counts toward `timeoutMs`. */
+   *  until it ends. The wait for it is bounded by `timeoutMs` too, apart from the command's own
+   *  run; a lock not free by then: not started, rejected (`isLockTimeout`). */
   lockFile?: string;
 }
 
@@ -61,9 +62,11 @@ function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
   // inherit it). Both run in a process group of their own, killed whole at the deadline, so the
   // lock is never let go while the command still runs.
   const locked = opts.lockFile !== undefined;
-  // (Its wait ends a little before the deadline, so a lock never free reads as such, not as a kill.)
-  const wait = opts.timeoutMs ? ['-w', String(Math.max(50, opts.timeoutMs - 200) / 1000)] : [];
+  // The wait and the run each get the whole time (where the wait ended is not seen from here,
+  // the kill comes after both): one killed at a deadline its wait used up would read as hung.
+  const wait = opts.timeoutMs ? ['-w', String(opts.timeoutMs / 1000)] : [];
   const started = locked ? ['flock', '-o', '-E', String(FLOCK_GAVE_UP), ...wait, opts.lockFile!, ...argv] : argv;
+  const deadline = opts.timeoutMs && (locked ? 2 * opts.timeoutMs : opts.timeoutMs);
   return new Promise((resolve, reject) => {
     const child = spawn(started[0], started.slice(1), {
       env: opts.env ?? process.env,
@@ -83,7 +86,7 @@ function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
     child.stdout!.on('data', (b: Buffer) => out.push(b));
     child.stderr!.on('data', (b: Buffer) => err.push(b));
     let timer: NodeJS.Timeout | undefined;
-    if (opts.timeoutMs) timer = setTimeout(kill, opts.timeoutMs);
+    if (deadline) timer = setTimeout(kill, deadline);
     child.on('error', (e) => {
       if (timer) clearTimeout(timer);
       reject(e);
@@ -91,7 +94,7 @@ function runHere(argv: string[], opts: RunOptions): Promise<RunResult> {
     child.on('close', (code) => {
       if (timer) clearTimeout(timer);
       const res = { exitCode: code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
-      if (locked && code === FLOCK_GAVE_UP && !res.stdout) return reject(lockTimeout(argv, opts));
+      if (locked && wait.length && code === FLOCK_GAVE_UP && !res.stdout && !res.stderr) return reject(lockTimeout(argv, opts));
       if (code !== 0 && !opts.allowFailure) reject(new CommandError(argv, code, res.stdout, res.stderr));
       else resolve(res);
     });

@@ -40,7 +40,8 @@ export interface SpawnRequest {
   /** The mount point of `remount-private`, and its mount's options to keep (mountinfo's names). */
   path?: string;
   keep?: string[];
-  /** A file the helper holds locked (flock, exclusive) while the command runs (RunOptions.lockFile). */
+  /** A file the helper holds locked (flock, exclusive) while the command runs (RunOptions.lockFile);
+   *  the wait for it is bounded by `timeoutMs` too, apart from the run. */
   lock?: string;
 }
 
@@ -359,7 +360,8 @@ async function helperOp(what: Pick<SpawnRequest, 'op' | 'nft' | 'net' | 'path' |
 
 function request(h: Helper, req: SpawnRequest): Promise<Collected> {
   const argv = req.argv.length ? req.argv : [req.op ?? '?'];
-  const opts = { timeoutMs: req.timeoutMs };
+  // A locked command may wait for its lock as long as it may run (boxd/spawner.go).
+  const opts = { timeoutMs: req.timeoutMs && (req.lock ? 2 * req.timeoutMs : req.timeoutMs) };
   return new Promise<Collected>((resolve, reject) => {
     const p: Pending = { helper: h, req, resolve, reject };
     if (opts.timeoutMs) {

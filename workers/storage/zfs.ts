@@ -29,7 +29,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { BaseRef, BoxSnapshotInfo, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
-import { checkComponent, noop, ZFS_FUSE_MOUNT_LOCK } from './zfsCommon';
+import { checkComponent, ensureMountLock, noop } from './zfsCommon';
 import { ZfsBases } from './zfsBases';
 import { ZfsDatasets, type ZfsKit } from './zfsDatasets';
 import { ZfsFuseDaemon } from './zfsFuse';
@@ -92,7 +92,6 @@ export class ZfsStorage implements StorageDriver {
     const zfsDir = path.join(path.resolve(opts.dataDir), 'zfs');
     const daemon = new ZfsFuseDaemon(log, opts.fuseArcMb);
     const fuse = daemon.installed && !fs.existsSync('/dev/zfs');
-    if (fuse) fs.mkdirSync(path.dirname(ZFS_FUSE_MOUNT_LOCK), { recursive: true, mode: 0o755 });
     this.datasets = new ZfsDatasets({
       pool,
       root: this.root,
@@ -101,7 +100,7 @@ export class ZfsStorage implements StorageDriver {
       concurrency: opts.concurrency,
       log,
       daemonPid: () => daemon.pid(),
-      mountLock: fuse ? ZFS_FUSE_MOUNT_LOCK : undefined,
+      mountLock: fuse ? ensureMountLock() : undefined,
     });
     this.bases = new ZfsBases(this.datasets);
     this.poolPart = new ZfsPool(this.datasets, daemon, {

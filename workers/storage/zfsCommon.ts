@@ -43,6 +43,15 @@ export const noop = () => {};
  */
 export const ZFS_FUSE_MOUNT_LOCK = '/run/boxhost/zfs-fuse-mounts.lock';
 
+/** Makes the mount lock's file (root's only: flock needs no write access, so a file others
+ *  could open would let them hold the lock) and answers its path. */
+export function ensureMountLock(): string {
+  fs.mkdirSync(path.dirname(ZFS_FUSE_MOUNT_LOCK), { recursive: true, mode: 0o755 });
+  fs.closeSync(fs.openSync(ZFS_FUSE_MOUNT_LOCK, 'a', 0o600));
+  fs.chmodSync(ZFS_FUSE_MOUNT_LOCK, 0o600);
+  return ZFS_FUSE_MOUNT_LOCK;
+}
+
 /** Whether `zfs <args>` (or `zpool <args>` with `zpool`) may mount a filesystem. */
 export function mayMount(args: readonly string[], zpool = false): boolean {
   const [verb, ...rest] = args;

@@ -232,7 +232,11 @@ export class ZfsPool {
     if (this.ownsPool) await this.ensureLoopPool();
     else await this.ensureConfiguredPool();
     // An import mounts what it can; a dataset it could not (its directory was busy) is mounted now.
-    await this.d.zfs(['mount', '-a'], true);
+    await this.d.zfs(['mount', '-a'], true).catch((e: unknown) => {
+      // Not started (its mount lock was not free in time): a root still unmounted is mounted at its box's start.
+      if (!isLockTimeout(e)) throw e;
+      this.d.log.warn({ pool: this.pool, err: (e as Error).message }, 'could not mount the rest of the pool after its restart');
+    });
     this.opts.onRestart();
   }
 
@@ -328,8 +332,9 @@ export class ZfsPool {
       fs.closeSync(fd);
     }
     const r = await this.d.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true).catch((e: unknown) => {
-      // Not started (its mount lock was not free in time): no pool uses the image.
-      if (isLockTimeout(e)) fs.rmSync(this.imagePath, { force: true });
+      // Not started (its mount lock was not free in time, the command could not be spawned): no
+      // pool uses the image. (With allowFailure a command that ran answers, whatever its end.)
+      fs.rmSync(this.imagePath, { force: true });
       throw e;
     });
     // (A health that cannot be read counts as unknown: the create's own error is the one told.)
@@ -355,7 +360,8 @@ export class ZfsPool {
   private async mountNewPool(): Promise<boolean> {
     for (let i = 0; i < 5; i++) {
       await sleep(200 * (i + 1));
-      if ((await this.d.zfs(['mount', this.pool], true)).exitCode === 0) return true;
+      // (A mount not started, its lock not free in time, is tried again as one that failed.)
+      if ((await this.d.zfs(['mount', this.pool], true).catch((e: unknown) => (isLockTimeout(e) ? null : Promise.reject(e))))?.exitCode === 0) return true;
       if ((await this.d.zfs(['get', '-H', '-o', 'value', 'mounted', this.pool], true)).stdout.trim() === 'yes') return true;
     }
     return false;
