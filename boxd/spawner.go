@@ -192,7 +192,6 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 			return
 		}
 	}
-	started := time.Now()
 	unlock := func() {}
 	if req.Lock != "" {
 		let, err := lockFile(req.Lock, req.TimeoutMs)
@@ -208,10 +207,9 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 		}
 		var once sync.Once
 		unlock = func() { once.Do(let) }
+		// The wait had its own bound: the command gets its whole time below (one killed at a
+		// deadline the wait had used up would read as a hung storage daemon).
 		defer unlock()
-		// The wait had its own bound: the command gets its whole time (one killed at a deadline
-		// the wait had used up would read as a hung storage daemon).
-		started = time.Now()
 	}
 	cmd := &exec.Cmd{Path: bin, Args: req.Argv, Env: req.Env, Dir: req.Cwd, ExtraFiles: extra}
 	var stdout, stderr limitedBuffer
@@ -228,7 +226,7 @@ func spawnOne(out *spawnWriter, req spawnRequest, input []byte) {
 	}
 	var timer *time.Timer
 	if req.TimeoutMs > 0 {
-		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond-time.Since(started), func() { _ = cmd.Process.Kill() })
+		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { _ = cmd.Process.Kill() })
 	}
 	// With pipes, Wait returns once they closed (all the output read); without stdio, at exit:
 	// what the command started may live on (`runc run --detach`).

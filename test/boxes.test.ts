@@ -1,12 +1,11 @@
-import fs from 'node:fs';
 import net from 'node:net';
 import t from 'tap';
 import { startTestHost } from './helpers/host';
 import { run, sleep } from '../core/command';
-import { ensureMountLock } from '../workers/storage/zfsCommon';
+import { machineMountLock } from '../workers/storage/zfsFuse';
 
 /** What the driver's commands that mount hold on zfs-fuse (workers/storage/zfsCommon.ts). */
-const ZFS_FUSE_MOUNT_LOCK = fs.existsSync('/dev/zfs') ? undefined : ensureMountLock();
+const ZFS_FUSE_MOUNT_LOCK = machineMountLock();
 
 /** Box routes end to end on real runc + ZFS + CNI + Redis, through HTTP. */
 t.test('boxes', async (t) => {

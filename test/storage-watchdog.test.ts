@@ -4,7 +4,7 @@ import { startTestHost, testConfig, testDataDir, TestHost } from './helpers/host
 import { ZfsStorage } from '../workers/storage/zfs';
 import { fuseMountsOf } from '../workers/storage/hostFs';
 import { run, sleep } from '../core/command';
-import { ZFS_FUSE_PIDFILE } from '../workers/storage/zfsFuse';
+import { ZFS_FUSE_PIDFILE, zfsFuseServes } from '../workers/storage/zfsFuse';
 import { RECOVERING_REASON } from '../workers/storageRecovery';
 import { settleWithin } from '../core/timeout';
 
@@ -166,7 +166,7 @@ for (const when of ['before its pool was made', 'with its pool made and mounted'
  * pool answers a statfs after every round. (By hand, 16 raw `zfs create`s at once wedged the
  * daemon within 50 rounds in 2 of 5 tries; with the lock, none in 7 tries of 30 to 50 rounds.)
  */
-t.test("box roots cloned at once take turns mounting: zfs-fuse's FUSE threads never wedge", { skip: fs.existsSync('/dev/zfs') ? 'kernel ZFS: mounts need no turns' : false }, async (t) => {
+t.test("box roots cloned at once take turns mounting: zfs-fuse's FUSE threads never wedge", { skip: zfsFuseServes() ? false : 'kernel ZFS: mounts need no turns' }, async (t) => {
   const dataDir = testDataDir();
   const hostTag = `mnt${process.pid.toString(36)}`;
   const storage = new ZfsStorage({ dataDir, poolSizeGb: 2, hostTag, concurrency: 16 });

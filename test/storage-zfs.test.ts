@@ -9,10 +9,10 @@ import path from 'node:path';
 import t from 'tap';
 import { HostPaths } from '../workers/runtime/reach';
 import { run } from '../core/command';
-import { ensureMountLock } from '../workers/storage/zfsCommon';
+import { machineMountLock } from '../workers/storage/zfsFuse';
 
 /** What the driver's commands that mount hold on zfs-fuse (workers/storage/zfsCommon.ts). */
-const ZFS_FUSE_MOUNT_LOCK = fs.existsSync('/dev/zfs') ? undefined : ensureMountLock();
+const ZFS_FUSE_MOUNT_LOCK = machineMountLock();
 import { projectIdMap } from '../core/box';
 import { shiftTree } from '../workers/bases/idShift';
 import type { BaseRef } from '../workers/drivers';

@@ -4,11 +4,15 @@
  * the daemon. No ZFS needed: the "daemons" are node processes with the daemon's arguments.
  * Also the mount options a node reads of /proc/self/mountinfo (hostFs `mountFlagsIn`).
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import t, { type Test } from 'tap';
 import { daemonArcMb, processStartMs } from '../workers/storage/zfsFuse';
 import { isPrivateMount, mountFlagsIn } from '../workers/storage/hostFs';
 import { mayMount } from '../workers/storage/zfsCommon';
+import { NOT_STARTED, ZfsDatasets } from '../workers/storage/zfsDatasets';
 
 const old = (text: string) => ({ text, mtimeMs: 0 });
 
@@ -73,4 +77,27 @@ t.test('which zfs and zpool commands may mount, and so take turns on zfs-fuse (z
   }
   t.ok(mayMount(['import', '-d', '/d', 'p'], true) && mayMount(['create', '-m', '/m', 'p', '/img'], true), 'zpool import and create');
   t.notOk(mayMount(['list', '-H'], true) || mayMount(['destroy', '-f', 'p'], true) || mayMount(['export', 'p'], true), 'not zpool list, destroy, export');
+});
+
+t.test('a command that mounts, whose lock another process holds past its deadline: a failure, never a hung daemon (ZfsDatasets.timed)', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bh-mountlock-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const lockFile = path.join(dir, 'lock');
+  const d = new ZfsDatasets({ pool: 'nopool', root: 'nopool', mountRoot: dir, lockFile: path.join(dir, 'pool.lock'), log: { debug: () => undefined, info: () => undefined, warn: () => undefined }, daemonPid: () => 4242, mountLock: lockFile });
+  d.cmdTimeoutMs = 300;
+  const holder = spawn('flock', [lockFile, 'sleep', '30'], { stdio: 'ignore', detached: true });
+  t.teardown(() => {
+    try {
+      process.kill(-holder.pid!, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  });
+  while (spawnSync('flock', ['-n', lockFile, 'true']).status === 0) await new Promise((r) => setTimeout(r, 10));
+  const r = await d.zfs(['create', 'nopool/x'], true);
+  t.equal(r.exitCode, NOT_STARTED, 'allowFailure: answered as a failure that never started');
+  t.match(r.stderr, /was not started: the lock .* was not free/, 'saying why');
+  t.equal(d.hungDaemon, undefined, 'the daemon is not taken for hung');
+  await t.rejects(d.zfs(['create', 'nopool/y']), { code: 'ETIMEDOUT', syscall: 'flock' }, 'without allowFailure it throws the lock timeout');
+  t.equal(d.hungDaemon, undefined, 'still not hung');
 });

@@ -26,13 +26,12 @@
  * lock), zfsPool.ts (daemon, pool, health, restart), zfsBases.ts, zfsRoots.ts, zfsSnapshots.ts;
  * data volumes (zfsVolumes.ts) use the same datasets as their kit.
  */
-import fs from 'node:fs';
 import path from 'node:path';
 import type { BaseRef, BoxSnapshotInfo, DriverLogger, IdMap, RootSource, StorageDriver, StorageProbe } from '../drivers';
-import { checkComponent, ensureMountLock, noop } from './zfsCommon';
+import { checkComponent, noop } from './zfsCommon';
 import { ZfsBases } from './zfsBases';
 import { ZfsDatasets, type ZfsKit } from './zfsDatasets';
-import { ZfsFuseDaemon } from './zfsFuse';
+import { machineMountLock, ZfsFuseDaemon } from './zfsFuse';
 import { ZfsPool } from './zfsPool';
 import { ZfsRoots } from './zfsRoots';
 import { ZfsBoxSnapshots } from './zfsSnapshots';
@@ -91,7 +90,6 @@ export class ZfsStorage implements StorageDriver {
     const log = opts.logger ?? { debug: noop, info: noop, warn: noop };
     const zfsDir = path.join(path.resolve(opts.dataDir), 'zfs');
     const daemon = new ZfsFuseDaemon(log, opts.fuseArcMb);
-    const fuse = daemon.installed && !fs.existsSync('/dev/zfs');
     this.datasets = new ZfsDatasets({
       pool,
       root: this.root,
@@ -100,7 +98,7 @@ export class ZfsStorage implements StorageDriver {
       concurrency: opts.concurrency,
       log,
       daemonPid: () => daemon.pid(),
-      mountLock: fuse ? ensureMountLock() : undefined,
+      mountLock: machineMountLock(),
     });
     this.bases = new ZfsBases(this.datasets);
     this.poolPart = new ZfsPool(this.datasets, daemon, {

@@ -5,7 +5,7 @@
  * roots, and the pool lock (PoolLock). Data volumes get it as their `ZfsKit`.
  */
 import crypto from 'node:crypto';
-import { CommandError, run, sleep, type RunResult } from '../../core/command';
+import { CommandError, isLockTimeout, run, sleep, type RunResult } from '../../core/command';
 import type { BaseRef, BoxSnapshotInfo, DriverLogger, IdMap } from '../drivers';
 import { isPrivateMount, mountFlags } from './hostFs';
 import { PoolLock } from './poolLock';
@@ -38,6 +38,8 @@ export interface ZfsKit {
 }
 
 const DEFAULT_ZFS_CONCURRENCY = 4;
+/** The exit code `timed` answers for a command never started (its mount lock not free in time). */
+export const NOT_STARTED = -1;
 /** The turn (core `serialized`) this process's commands that mount take before the gate. */
 const MOUNTS_TURN = 'zfs-fuse:mounts';
 const gates = new Map<string, Gate>();
@@ -148,8 +150,14 @@ export class ZfsDatasets implements ZfsKit {
     return this.timed([this.zpoolBin, ...args], allowFailure, this.opts.mountLock && mayMount(args, true) ? this.opts.mountLock : undefined);
   }
 
-  /** A command killed at its deadline (no exit code) is remembered: `init` asks. `lockFile`:
-   *  held while it runs (commands that mount, on zfs-fuse: ZFS_FUSE_MOUNT_LOCK). */
+  /**
+   * A command killed at its deadline (no exit code) is remembered: `init` asks. `lockFile`: held
+   * while it runs (commands that mount, on zfs-fuse: ZFS_FUSE_MOUNT_LOCK). One never started
+   * because its lock was not free in time is no sign of a hung daemon: with `allowFailure` it
+   * answers as a failure like any other (exit code NOT_STARTED, the reason as stderr), so every
+   * caller's failure path (a fork's snapshot dropped, a move tried at a later start, a new pool's
+   * image removed) covers it too.
+   */
   async timed(argv: string[], allowFailure: boolean, lockFile?: string): Promise<RunResult> {
     try {
       const r = await run(argv, { allowFailure, timeoutMs: this.cmdTimeoutMs, lockFile });
@@ -157,6 +165,7 @@ export class ZfsDatasets implements ZfsKit {
       return r;
     } catch (e) {
       if (e instanceof CommandError && e.exitCode === null) this.hungDaemon = this.opts.daemonPid();
+      if (allowFailure && isLockTimeout(e)) return { exitCode: NOT_STARTED, stdout: '', stderr: (e as Error).message };
       throw e;
     }
   }

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { run, sleep, type RunResult } from '../../core/command';
 import { processAlive, realDir, removeStalePidfile } from './hostFs';
+import { ensureMountLock } from './zfsCommon';
 
 export const ZFS_FUSE = '/usr/sbin/zfs-fuse';
 export const ZFS_FUSE_PIDFILE = '/var/run/zfs-fuse.pid';
@@ -14,6 +15,13 @@ const COMM = 'zfs-fuse';
 
 /** `zpool`/`zfs` failing because no ZFS answers at all (no daemon, no module). */
 export const isDaemonDown = (text: string) => /failed to initialize ZFS library|zfs-fuse daemon|modules are not loaded|\/dev\/zfs/i.test(text);
+
+/** Whether zfs-fuse serves ZFS on this machine (installed, and no kernel module's /dev/zfs). */
+export const zfsFuseServes = (): boolean => fs.existsSync(ZFS_FUSE) && !fs.existsSync('/dev/zfs');
+
+/** The machine's mount lock (zfsCommon.ts ZFS_FUSE_MOUNT_LOCK) where zfs-fuse serves, made
+ *  ready; undefined on kernel ZFS, whose mounts need no turns. */
+export const machineMountLock = (): string | undefined => (zfsFuseServes() ? ensureMountLock() : undefined);
 
 export class ZfsFuseDaemon {
   /**

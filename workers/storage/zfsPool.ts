@@ -6,14 +6,14 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { CommandError, isLockTimeout, run, sleep, type RunResult } from '../../core/command';
+import { CommandError, run, sleep, type RunResult } from '../../core/command';
 import { settleWithin } from '../../core/timeout';
 import type { DriverLogger, StorageProbe } from '../drivers';
 import { fuseMountsOf, mountedUnder, removeEmptyDirs } from './hostFs';
 import { bytes, CMD_TIMEOUT_MS, isExists, isMissing, PRIVATE_MOUNT, ROOT_MOUNT_RESERVE, serialized } from './zfsCommon';
 import type { ZfsDatasets } from './zfsDatasets';
 import { ownDir } from '../hostDirs';
-import { isDaemonDown, ROOTS_PER_ARC_MB, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts } from './zfsFuse';
+import { isDaemonDown, ROOTS_PER_ARC_MB, ZFS_FUSE, ZFS_FUSE_MAX_MOUNTS, ZfsFuseDaemon, zfsFuseMounts, zfsFuseServes } from './zfsFuse';
 
 /** The pool's directories no box's range enters (`closeHostOnly`). */
 export const HOST_ONLY = ['data', 'bases', 'shifted', 'tmp'] as const;
@@ -136,7 +136,7 @@ export class ZfsPool {
 
   /** zfs-fuse serves the pool (installed, and no kernel module's /dev/zfs). */
   get restartable(): boolean {
-    return this.daemon.installed && !fs.existsSync('/dev/zfs');
+    return zfsFuseServes();
   }
 
   /**
@@ -232,11 +232,7 @@ export class ZfsPool {
     if (this.ownsPool) await this.ensureLoopPool();
     else await this.ensureConfiguredPool();
     // An import mounts what it can; a dataset it could not (its directory was busy) is mounted now.
-    await this.d.zfs(['mount', '-a'], true).catch((e: unknown) => {
-      // Not started (its mount lock was not free in time): a root still unmounted is mounted at its box's start.
-      if (!isLockTimeout(e)) throw e;
-      this.d.log.warn({ pool: this.pool, err: (e as Error).message }, 'could not mount the rest of the pool after its restart');
-    });
+    await this.d.zfs(['mount', '-a'], true);
     this.opts.onRestart();
   }
 
@@ -332,8 +328,8 @@ export class ZfsPool {
       fs.closeSync(fd);
     }
     const r = await this.d.zpool(['create', '-m', this.defaultMount, this.pool, this.imagePath], true).catch((e: unknown) => {
-      // Not started (its mount lock was not free in time, the command could not be spawned): no
-      // pool uses the image. (With allowFailure a command that ran answers, whatever its end.)
+      // Never started (it could not be spawned): no pool uses the image. (With allowFailure a
+      // command that ran, or whose mount lock was not free in time, answers: handled below.)
       fs.rmSync(this.imagePath, { force: true });
       throw e;
     });
@@ -360,8 +356,7 @@ export class ZfsPool {
   private async mountNewPool(): Promise<boolean> {
     for (let i = 0; i < 5; i++) {
       await sleep(200 * (i + 1));
-      // (A mount not started, its lock not free in time, is tried again as one that failed.)
-      if ((await this.d.zfs(['mount', this.pool], true).catch((e: unknown) => (isLockTimeout(e) ? null : Promise.reject(e))))?.exitCode === 0) return true;
+      if ((await this.d.zfs(['mount', this.pool], true)).exitCode === 0) return true;
       if ((await this.d.zfs(['get', '-H', '-o', 'value', 'mounted', this.pool], true)).stdout.trim() === 'yes') return true;
     }
     return false;

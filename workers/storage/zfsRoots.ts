@@ -6,7 +6,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { CommandError, isLockTimeout, type RunResult } from '../../core/command';
+import { CommandError, type RunResult } from '../../core/command';
 import { shiftTree } from '../bases/idShift';
 import type { IdMap, RootSource } from '../drivers';
 import { BASE_SNAPSHOT, checkComponent, checkUserSnapshot, IDMAP_PROP, INTERNAL, isExists, isMissing, lines, noop, quotaArg, snapName } from './zfsCommon';
@@ -113,11 +113,7 @@ export class ZfsRoots {
       args.push('-o', `mountpoint=${mountAt}`);
     }
     args.push(origin, ds);
-    const r = await this.d.zfs(args, true).catch(async (e: unknown) => {
-      // Not started (its mount lock was not free in time): the fork's snapshot goes as on a failure.
-      if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
-      throw e;
-    });
+    const r = await this.d.zfs(args, true);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
     // "successfully created, but not mounted": the clone is there, only the mount failed;
     // "cannot mount …" with the clone there: the clone was made and its mount met another's (an
@@ -161,11 +157,7 @@ export class ZfsRoots {
     if (st?.isSymbolicLink()) return fs.promises.realpath(link);
     if (!st) return this.relink(boxId); // a run that died between the clone (or a move) and the link
     if (!st.isDirectory()) return link;
-    const r = await this.d.zfs(['set', `mountpoint=${target}`, ds], true).catch((e: unknown) => {
-      // Not started (its mount lock was not free in time): as a failed move, tried at a later start.
-      if (isLockTimeout(e)) return { exitCode: null, stdout: '', stderr: (e as Error).message };
-      throw e;
-    });
+    const r = await this.d.zfs(['set', `mountpoint=${target}`, ds], true);
     // The property may be set with the remount failed (busy): it is mounted where it says.
     await this.d.ensureMounted(ds);
     if (r.exitCode !== 0 && (await this.d.prop(ds, 'mountpoint')) !== target) {
