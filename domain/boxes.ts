@@ -1,3 +1,4 @@
+import { allSettledOrThrow } from '../core/promises';
 import type { DomainContext, Identity } from './context';
 import { boxesRepo, BoxConfig, BoxRecord, DataMount } from '../db/repos/boxes';
 import { resolveBase } from './baseResolve';
@@ -224,14 +225,14 @@ export const enqueueBoxJob = <P>(ctx: DomainContext, trx: DomainContext['db'], b
 export async function createBox(ctx: DomainContext, identity: Identity, project: string, req: CreateBoxRequest, instance?: InstanceOf): Promise<Accepted<Box>> {
   assertProject(identity, project, `project ${project}`);
   checkCreateRules(req);
-  const existing = await boxesRepo.get(ctx.db, project, req.name);
+  // Both looked up at once; the box's answer first.
+  const [existing, line] = await allSettledOrThrow([boxesRepo.get(ctx.db, project, req.name), deploysRepo.line(ctx.db, project, req.name)] as const);
   if (existing) {
     // A delete under way frees the name when it is done: say so, and what to wait on.
     if (existing.status === 'deleting') throw conflict(`box ${project}/${req.name} is being deleted; its name is free once that is done (GET /v1/operations?project=${project}&box=${req.name}&status=queued,running names the operation to wait on)`);
     throw conflict(`box ${project}/${req.name} already exists`);
   }
   // A deploy line keeps its name (and its publishes' hosts) after the box first named so is gone.
-  const line = await deploysRepo.line(ctx.db, project, req.name);
   if (line) throw conflict(`${req.name} is the name of a deploy line of project ${project} (live box ${(await boxesRepo.byId(ctx.db, line.live_box_id))?.name ?? line.live_box_id}); pick another name`);
 
   const volumes = await volumesOf(ctx, identity, req.data_mounts ?? []);

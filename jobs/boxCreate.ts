@@ -9,6 +9,7 @@ import { recordBoxEvent } from './boxEvents';
 /** creating → running: clone the root, join the network, start the container. */
 export const createBoxJob = defineJob({
   type: boxJobs.create,
+  firstOfBox: true,
   async run({ payload, db, node, progress, operationId, operation }) {
     const box = await boxesRepo.byId(db, payload.boxId);
     if (!box) return; // deleted before its turn came
@@ -19,12 +20,19 @@ export const createBoxJob = defineJob({
     // stalled on a loaded host) must never make the root again under a delete.
     if (box.status !== 'creating') return;
     if (payload.source.kind === 'base') await baseReady(db, payload.source.base);
-    await node.createRoot(box, payload.source);
-    await progress(50);
-    if ((await boxesRepo.byId(db, box.id))?.status !== 'creating') return;
     // The address goes on the row with `running` (a retry after a crash between the two takes
-    // the same lease again).
-    const address = await node.start(box, { recordAddress: false });
+    // the same lease again). A delete that came while the root was made: nothing is started.
+    // Read before the progress is written (the embedded db takes them in turn), which goes on
+    // beside the start and is done before the end is.
+    let halfway: Promise<void> = Promise.resolve();
+    const address = await node.create(box, payload.source, async () => {
+      const now = boxesRepo.byId(db, box.id);
+      halfway = progress(50);
+      halfway.catch(() => undefined); // awaited below
+      return (await now)?.status === 'creating';
+    });
+    await halfway;
+    if (address === null) return;
     if (await boxesRepo.markCreated(db, box.id, address)) await recordBoxEvent(db, box, 'box.created', { operationId, operation });
   },
   /** Never a half-made box: what was made is removed, the row stays `failed` with the reason. */

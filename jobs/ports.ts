@@ -10,6 +10,10 @@ import type { ServiceStartRequest } from '../core/apiTypes';
 export interface BoxHost {
   /** Clones the box's root from `source` (with its storage quota) and makes its empty netns. */
   createRoot(box: BoxRecord, source: RootSource): Promise<void>;
+  /** createRoot, then start (its address not recorded: a create writes it with `running`),
+   *  with what the start needs no root for done beside the clone. `stillWanted` is asked once
+   *  the root is there; when it says no, nothing is started and the answer is null. */
+  create(box: BoxRecord, source: RootSource, stillWanted: () => Promise<boolean>): Promise<string | null>;
   /** Starts the container and joins it to the project network; answers the box's address and
    *  records it on the row unless `recordAddress` is false (a create writes it with `running`). */
   start(box: BoxRecord, opts?: { recordAddress?: boolean }): Promise<string>;

@@ -62,6 +62,9 @@ export interface JobHandler<P = any> {
   /** Called once when the job has failed for good: write the failure onto the resource. */
   onFailed?(ctx: JobContext<P>, error: Error): Promise<void>;
   attempts?: number;
+  /** Always its box's first operation (a create, queued in the transaction that makes the box):
+   *  the worker does not look for earlier ones to wait behind. */
+  firstOfBox?: boolean;
 }
 
 export const defineJob = <P>(handler: JobHandler<P>): JobHandler<P> => handler;

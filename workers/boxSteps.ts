@@ -12,6 +12,11 @@ import type { ContainerSpec, NetworkDriver, ProjectNetwork, RuntimeDriver, Stora
 import { volumesRepo } from '../db/repos/volumes';
 import type { Db } from '../db/knex';
 import { RecipeBases } from './bases/recipeBases';
+import { allSettledOrThrow } from '../core/promises';
+
+/** A create whose box was deleted (or otherwise moved on) while its root was made. */
+class NotWanted extends Error {}
+const noop = () => undefined;
 
 /** Test-only seam (test/boxes-crash.test.ts): the process dies at the step point BOXHOST_TEST_CRASH_AT names; unset, nothing. */
 const crashPoint = (point: string) => void (process.env.BOXHOST_TEST_CRASH_AT === point && process.kill(process.pid, 'SIGKILL'));
@@ -57,21 +62,47 @@ export class BoxSteps implements BoxHost {
   /** The root (in the project's id range) and the netns (in the box's user namespace) do not
    *  depend on each other: made side by side. */
   async createRoot(box: BoxRecord, source: RootSource): Promise<void> {
+    const { made } = await this.makeRoot(box, source);
+    await made;
+  }
+
+  /**
+   * A create: the root and the netns made (as createRoot), then the box started. What the start
+   * needs no root for (its lookups, the container's bundle) is done while the root is cloned;
+   * `stillWanted` is asked once the root is there (a delete may have come meanwhile), and when
+   * it says no nothing is started: null.
+   */
+  async create(box: BoxRecord, source: RootSource, stillWanted: () => Promise<boolean>): Promise<string | null> {
+    const { made, netns } = await this.makeRoot(box, source);
+    const wanted = made.then(stillWanted).then((yes) => {
+      if (!yes) throw new NotWanted();
+    });
+    wanted.catch(noop); // its failure is the start's to throw, once it is looked at
+    try {
+      return await this.startBox(box, { recordAddress: false, rootReady: wanted, netnsReady: netns });
+    } catch (e) {
+      if (e instanceof NotWanted) return null;
+      throw e;
+    }
+  }
+
+  /** The clone and the netns under way (`made`: both, then the crash point after them); the
+   *  recipe base a first box of it needs is made before either. */
+  private async makeRoot(box: BoxRecord, source: RootSource): Promise<{ made: Promise<void>; netns: Promise<void> }> {
     crashPoint('createRoot');
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
     // The first box from `debian` on this node waits while it is made (minutes, once).
     if (source.kind === 'base' && this.d.recipes && RecipeBases.isRecipe(source.base)) await this.d.recipes.ensure(source.base);
-    await Promise.all([
-      this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, idMap),
-      (async () => {
-        // Made by the runtime, in the box's user namespace, where the network driver keeps it.
-        const netnsPath = this.d.network.netnsPath(box.id);
-        if (!(await this.d.runtime.ownsNetns(box.id, netnsPath))) await this.d.runtime.makeNetns(box.id, netnsPath, idMap);
-        await this.d.network.prepare(box.id); // there now: only makes sure
-      })(),
-    ]);
-    crashPoint('createRoot:done');
+    const netns = (async () => {
+      // Made by the runtime, in the box's user namespace, where the network driver keeps it.
+      const netnsPath = this.d.network.netnsPath(box.id);
+      if (!(await this.d.runtime.ownsNetns(box.id, netnsPath))) await this.d.runtime.makeNetns(box.id, netnsPath, idMap);
+      await this.d.network.prepare(box.id); // there now: only makes sure
+    })();
+    const root = this.d.storage.createBoxRoot(box.id, source, box.config.storage_gb, idMap);
+    const made = allSettledOrThrow([root, netns] as const).then(() => crashPoint('createRoot:done'));
+    return { made, netns };
   }
 
   /**
@@ -79,7 +110,25 @@ export class BoxSteps implements BoxHost {
    * netns while the CNI plugins wire that netns to the project bridge: the two do not depend on
    * each other, and the box counts as started only when both are done.
    */
-  async start(box: BoxRecord, opts: { recordAddress?: boolean } = {}): Promise<string> {
+  start(box: BoxRecord, opts: { recordAddress?: boolean } = {}): Promise<string> {
+    return this.startBox(box, opts);
+  }
+
+  /** `start`, with a create's root (`rootReady`) and netns (`netnsReady`) still being made: the
+   *  netns is looked at once made, and nothing is run or wired before the root is there. A
+   *  failure is thrown once the root's making has settled too (nothing of the create goes on
+   *  behind it, for the cleanup to miss). */
+  private async startBox(box: BoxRecord, opts: { recordAddress?: boolean; rootReady?: Promise<void>; netnsReady?: Promise<void> }): Promise<string> {
+    try {
+      return await this.startNow(box, opts);
+    } catch (e) {
+      await opts.rootReady?.catch(noop);
+      throw e;
+    }
+  }
+
+  private async startNow(box: BoxRecord, opts: { recordAddress?: boolean; rootReady?: Promise<void>; netnsReady?: Promise<void> }): Promise<string> {
+    const rootMade = opts.rootReady ?? Promise.resolve();
     // Every await before the last Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
@@ -87,10 +136,22 @@ export class BoxSteps implements BoxHost {
     // as they are now (the db): looked up side by side, and all settled before a failure of one
     // is thrown (a netns being remade is never left half-way for a retry to overlap).
     const [{ netnsPath, loopbackUp }, volumes, environment] = await allSettledOrThrow([
-      this.boxNetns(box.id, net, idMap),
+      (async () => {
+        await opts.netnsReady;
+        return this.boxNetns(box.id, net, idMap);
+      })(),
       this.volumeMounts(box),
       refreshLinkedEnv(this.d.db, box, { proxyPort: this.d.proxyPort ?? 0 }),
     ] as const);
+    // The root is readied for the container (a root of an older version shifted into the
+    // range, its mount made nosuid,nodev, the volumes' likewise) while the runtime writes the
+    // container's bundle.
+    const rootReady = (async () => {
+      await rootMade;
+      await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
+      await this.d.storage.prepareBoxRoot(box.id, idMap);
+    })();
+    rootReady.catch(noop); // the runtime's start throws it
     const spec: ContainerSpec = {
       boxId: box.id,
       hostname: box.name,
@@ -101,16 +162,15 @@ export class BoxSteps implements BoxHost {
       environment,
       mounts: volumes.map(({ source, destination, readOnly }) => ({ source, destination, readOnly })),
       idMap,
+      rootReady,
     };
-    // The root is readied for the container (a root of an older version shifted into the
-    // range, its mount made nosuid,nodev) while the network is wired.
     const started = (async () => {
-      await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
-      await this.d.storage.prepareBoxRoot(box.id, idMap);
       await this.d.runtime.start(spec);
       crashPoint('start:container'); // the network may be half wired beside it
     })();
-    const [, attachment] = await Promise.all([started, this.d.network.attach(box.id, net, { loopbackUp })]);
+    // Wired once the root is there (a create's root that failed leaves no lease behind).
+    const attached = rootMade.then(() => this.d.network.attach(box.id, net, { loopbackUp }));
+    const [, attachment] = await allSettledOrThrow([started, attached] as const);
     if (opts.recordAddress !== false && box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
     crashPoint('start:done');
     return attachment.address;
@@ -211,12 +271,4 @@ export class BoxSteps implements BoxHost {
       throw contractError(e);
     }
   }
-}
-
-/** Promise.all that waits for every promise to settle before it throws the first failure. */
-async function allSettledOrThrow<T extends readonly unknown[]>(ps: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
-  const rs = await Promise.allSettled(ps);
-  const failed = rs.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed) throw failed.reason;
-  return rs.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }

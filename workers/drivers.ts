@@ -230,6 +230,10 @@ export interface ContainerSpec {
   mounts: { source: string; destination: string; readOnly: boolean }[];
   /** The user namespace's mapping: box ids 0…size-1 are host ids hostId…; absent: none. */
   idMap?: IdMap;
+  /** The root (and the volumes) being readied, by a create's clone or the start itself: what
+   *  the start needs them not for (the bundle) is done meanwhile, and the container is made
+   *  only once it resolves. Its rejection fails the start with nothing run. */
+  rootReady?: Promise<unknown>;
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';

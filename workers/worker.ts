@@ -77,7 +77,7 @@ export function startWorker(ctx: WorkerContext, handlers: JobHandler[], opts: Wo
     }
     if (isFinished(op.status)) return;
 
-    if (op.box_id && (await operationsRepo.earlierUnfinished(ctx.db, op.box_id, op.seq))) {
+    if (op.box_id && !kind.firstOfBox && (await operationsRepo.earlierUnfinished(ctx.db, op.box_id, op.seq))) {
       await job.moveToDelayed(Date.now() + TURN_POLL_MS, token);
       throw new DelayedError();
     }

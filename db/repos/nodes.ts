@@ -69,7 +69,12 @@ export const nodesRepo = {
   /** Committed resources per node id, read from the box rows, the data volumes and the bases
    *  saved or imported there. */
   async committed(db: Db): Promise<Map<string, Committed>> {
-    const rows = await db('boxes').select('node', ...boxConfigSums(db)).groupBy('node');
+    // Asked at once (one round trip's wait instead of three).
+    const [rows, volumes, bases] = await Promise.all([
+      db('boxes').select('node', ...boxConfigSums(db)).groupBy('node'),
+      db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node') as unknown as Promise<{ node: string; gb: number | string }[]>,
+      db('bases').whereNotNull('node').select('node').sum({ b: 'size_bytes' }).groupBy('node') as unknown as Promise<{ node: string; b: number | string }[]>,
+    ]);
     const out = new Map<string, Committed>();
     for (const r of rows) {
       const s = configSumsOf(r);
@@ -81,10 +86,8 @@ export const nodesRepo = {
       out.set(node, cur);
     };
     // Data volumes take their quota from their node's storage too (docs/data.md).
-    const volumes = (await db('data_volumes').select('node').sum({ gb: 'quota_gb' }).groupBy('node')) as { node: string; gb: number | string }[];
     for (const v of volumes) addDisk(v.node, Number(v.gb));
     // So do the bases saved or imported there (built-in ones, on every node, are not counted).
-    const bases = (await db('bases').whereNotNull('node').select('node').sum({ b: 'size_bytes' }).groupBy('node')) as { node: string; b: number | string }[];
     for (const b of bases) addDisk(b.node, basesGb(b.b));
     return out;
   },

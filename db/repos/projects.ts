@@ -34,9 +34,14 @@ export const projectsRepo = {
   /** What the project's boxes and data volumes hold (a volume's quota counts as storage), summed
    *  by the database. */
   async usage(db: Db, name: string): Promise<{ boxes: number; cpus: number; ram_mb: number; storage_gb: number; volumes: number }> {
-    const vols = (await db('data_volumes').where({ project: name }).first(db.raw('count(*) as n'), db.raw('coalesce(sum(quota_gb), 0) as gb'))) as { n: number | string; gb: number | string } | undefined;
-    const sums = configSumsOf(await db('boxes').where({ project: name }).first(boxConfigSums(db)));
-    return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0) + basesGb(await basesRepo.bytesOwned(db, name)), volumes: Number(vols?.n ?? 0) };
+    // Asked at once (one round trip's wait instead of three; a transaction's connection takes them in turn).
+    const [vols, boxes, basesBytes] = await Promise.all([
+      db('data_volumes').where({ project: name }).first(db.raw('count(*) as n'), db.raw('coalesce(sum(quota_gb), 0) as gb')) as Promise<{ n: number | string; gb: number | string } | undefined>,
+      db('boxes').where({ project: name }).first(boxConfigSums(db)),
+      basesRepo.bytesOwned(db, name),
+    ]);
+    const sums = configSumsOf(boxes);
+    return { ...sums, storage_gb: sums.storage_gb + Number(vols?.gb ?? 0) + basesGb(basesBytes), volumes: Number(vols?.n ?? 0) };
   },
   list: (db: Db) => db<ProjectRow>('projects').orderBy('name'),
   /** Projects come into being with their first box; this finds (`lock`: as `get`) or makes one

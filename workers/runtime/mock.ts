@@ -69,11 +69,13 @@ export class MockRuntime extends WithFaults<Method> implements RuntimeDriver {
   }
 
   async start(spec: ContainerSpec): Promise<void> {
+    await spec.rootReady;
     this.fault('start');
     if (this.containers.get(spec.boxId) === 'running') return;
     this.containers.set(spec.boxId, 'running');
     this.environments.set(spec.boxId, spec.environment);
-    this.starts.push(spec);
+    const { rootReady: _ready, ...started } = spec;
+    this.starts.push(started);
   }
 
   async status(boxId: string): Promise<ContainerStatus | null> {

@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { allSettledOrThrow } from '../../core/promises';
 import { CommandError, run, sleep } from '../../core/command';
 import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver, BoxFiles, BoxServices } from '../drivers';
 import { BoxdClient, BoxdUnreachableError } from './boxd/client';
@@ -227,7 +228,7 @@ export class RuncRuntime implements RuntimeDriver {
   async start(spec: ContainerSpec): Promise<void> {
     const cid = this.containerId(spec.boxId);
     const current = await this.status(spec.boxId);
-    if (current === 'running' || current === 'paused') return;
+    if (current === 'running' || current === 'paused') return void (await spec.rootReady);
     if (current !== null) {
       // created (a start that died half-way) or stopped: make it anew.
       await this.runc(['delete', '--force', cid], { allowFailure: true });
@@ -239,22 +240,39 @@ export class RuncRuntime implements RuntimeDriver {
     const idMap = spec.idMap;
     const bundle = this.bundlePath(spec.boxId);
     // runc takes no symlink for a root: a root's path of old links to its mount behind its range.
-    const [rootfs] = await Promise.all([
-      // (One that is not there is runc's to refuse, with its reason.)
-      fs.promises.realpath(path.resolve(spec.rootfs)).catch(() => path.resolve(spec.rootfs)),
-      // The bundle is the host root's, readable by the box's group only (root:<range> 0750),
-      // before anything is written in it: the box's user reaches it and nobody else's does, and
-      // cannot put anything in it (a symlink in place of a file the node or runc writes would
-      // have root write where it points; an earlier version gave the bundle to that user).
-      fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }).then(() => (idMap ? ownDir(bundle, 0, idMap.hostId, 0o750) : undefined)),
-      fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 }),
-      this.init === 'boxd' ? fs.promises.mkdir(this.boxdSocketDir, { recursive: true, mode: 0o700 }) : null,
-    ]);
-    // The netns the box joins must be its own user namespace's (BoxSteps makes it beside the
-    // root; a caller that did not gets it here).
-    if (idMap && !(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
+    // (One that is not there is runc's to refuse, with its reason.) A root still being made (a
+    // create) is waited for here only: the bundle is made meanwhile.
+    const rootfs = (async () => {
+      await spec.rootReady;
+      return fs.promises.realpath(path.resolve(spec.rootfs)).catch(() => path.resolve(spec.rootfs));
+    })();
+    const bundleMade = (async () => {
+      await Promise.all([
+        // The bundle is the host root's, readable by the box's group only (root:<range> 0750),
+        // before anything is written in it: the box's user reaches it and nobody else's does, and
+        // cannot put anything in it (a symlink in place of a file the node or runc writes would
+        // have root write where it points; an earlier version gave the bundle to that user).
+        fs.promises.mkdir(bundle, { recursive: true, mode: 0o700 }).then(() => (idMap ? ownDir(bundle, 0, idMap.hostId, 0o750) : undefined)),
+        fs.promises.mkdir(this.root, { recursive: true, mode: 0o700 }),
+        this.init === 'boxd' ? fs.promises.mkdir(this.boxdSocketDir, { recursive: true, mode: 0o700 }) : null,
+      ]);
+      // The netns the box joins must be its own user namespace's (BoxSteps makes it beside the
+      // root; a caller that did not gets it here).
+      if (idMap && !(await this.ownsNetns(spec.boxId, spec.netnsPath))) await this.makeNetns(spec.boxId, spec.netnsPath, idMap);
+      // All side by side: every await on a start's path is a round trip through the fs pool.
+      await Promise.all([
+        writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
+        writeFileNoFollow(path.join(bundle, 'hostname'), `${spec.hostname}\n`),
+        writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment)),
+        // Earlier versions gave PID 1 this file for stdio, without bound.
+        fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
+        fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
+      ]);
+    })();
+    // Both settled before either's failure is thrown: nothing of this start goes on behind it.
+    const [realRoot] = await allSettledOrThrow([rootfs, bundleMade] as const);
     const config = buildOciSpec({
-      rootfs,
+      rootfs: realRoot,
       hostname: spec.hostname,
       netnsPath: spec.netnsPath,
       cgroupsPath: this.cgroupsPath(spec.boxId),
@@ -277,18 +295,11 @@ export class RuncRuntime implements RuntimeDriver {
       usernsPath: idMap ? this.namespaces.usernsPath(cid) : undefined,
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
-    // All side by side: every await on a start's path is a round trip through the fs pool.
     await Promise.all([
       writeJsonAtomic(path.join(bundle, 'config.json'), config),
-      writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
-      writeFileNoFollow(path.join(bundle, 'hostname'), `${spec.hostname}\n`),
-      writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment)),
-      // Earlier versions gave PID 1 this file for stdio, without bound.
-      fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
-      fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
       // Root in the box (the container init, as it mounts) walks to the bundle's files and the
       // root: the paths down to them are opened for traversal only.
-      idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [rootfs, bundle, this.boxd] : [rootfs, bundle], idMap.hostId) : null,
+      idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [realRoot, bundle, this.boxd] : [realRoot, bundle], idMap.hostId) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
     this.agents.set(spec.boxId, this.init === 'boxd' ? new BoxdClient(this.boxdSocketPath(spec.boxId)) : null);

@@ -107,7 +107,10 @@ export class ZfsStorage implements StorageDriver {
       poolSizeGb: opts.poolSizeGb,
       startHangMs: opts.startHangMs,
       log,
-      onRestart: () => this.bases.forget(),
+      onRestart: () => {
+        this.bases.forget();
+        this.roots.forget();
+      },
     });
     this.imagePath = this.poolPart.imagePath;
     this.roots = new ZfsRoots(this.datasets, this.bases);

@@ -14,11 +14,18 @@ import type { ZfsBases } from './zfsBases';
 import type { ZfsDatasets } from './zfsDatasets';
 import { RangeDirs } from './rangeDirs';
 
+/** How long a root cloned by this process counts as fresh for its first start (a create's start
+ *  follows its clone within milliseconds; one much later looks again). */
+const FRESH_ROOT_MS = 30_000;
+
 export class ZfsRoots {
   /** The create of each box root under way in this process (createBoxRoot: attempts take turns). */
   private readonly creatingRoots = new Map<string, Promise<string>>();
   /** Each range's roots behind a directory only it enters (workers/storage/rangeDirs.ts). */
   private readonly ranges: RangeDirs;
+  /** Roots this process has just cloned, in their range, behind it and made nosuid,nodev: the
+   *  range's id and when, until the first `prepareBoxRoot` (the create's start) takes it. */
+  private readonly fresh = new Map<string, { hostId: number; at: number }>();
 
   constructor(
     private readonly d: ZfsDatasets,
@@ -126,6 +133,8 @@ export class ZfsRoots {
       const real = mountAt && (await this.ranges.link(this.boxRootPath(boxId), mountAt)) ? mountAt : this.boxRootPath(boxId);
       // Made nosuid,nodev now, beside the box's namespaces, rather than on its start's path.
       await this.d.mountPrivately(real);
+      // Cloned in its range and behind it just now: what its start would look at again is so.
+      if (r.exitCode === 0 && idMap && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, at: Date.now() });
       return this.boxRootPath(boxId);
     }
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
@@ -134,12 +143,19 @@ export class ZfsRoots {
   }
 
   async prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void> {
+    // The create's own start, moments after the clone: nothing to look at again (≈5 ms of FUSE
+    // lookups and the mount table on a create's path). Once only, and not across a restart of the
+    // daemon (`forget`), which remounts every root.
+    const fresh = this.fresh.get(boxId);
+    this.fresh.delete(boxId);
+    if (fresh && fresh.hostId === idMap.hostId && Date.now() - fresh.at < FRESH_ROOT_MS) return;
     const dir = this.boxRootPath(boxId);
     // A mounted root whose top directory the range's root owns was made in the range: no ZFS
     // command needed (the property decides only when this says otherwise).
     const st = await fs.promises.stat(dir).catch(() => null);
     if (st?.uid !== idMap.hostId) await this.shiftIntoRange(boxId, idMap);
-    await this.d.mountPrivately(await this.placeBehindRange(boxId, idMap));
+    const pl = await this.placeBehindRange(boxId, idMap);
+    await this.d.mountPrivately(pl);
   }
 
   /**
@@ -207,7 +223,13 @@ export class ZfsRoots {
     return this.d.exists(this.d.boxDataset(boxId));
   }
 
+  /** After a restart of the daemon: every root was mounted again, so none counts as fresh. */
+  forget(): void {
+    this.fresh.clear();
+  }
+
   async destroyBoxRoot(boxId: string): Promise<void> {
+    this.fresh.delete(boxId);
     const ds = this.d.boxDataset(boxId);
     // Most roots are no fork and have no snapshot: nothing else moves when they go, and they go
     // without the pool lock. One that gained a fork snapshot since it was looked at (a fork
