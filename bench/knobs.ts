@@ -18,6 +18,8 @@ export interface Knobs {
   scaleOnly: boolean;
   /** Only the create figure (and the teardown): for measuring a change to create. */
   createOnly: boolean;
+  /** Only the create and the interactive figures (WebSocket exec, files): a few minutes. */
+  filesOnly: boolean;
   backupMb: number;
   backupRuns: number;
   /** WebSocket execs timed to their first byte, and the files' size and runs (issue 9). */
@@ -45,6 +47,7 @@ export function readKnobs(): Knobs {
     })(),
     scaleOnly: process.env.BENCH_SCALE_ONLY === '1',
     createOnly: process.env.BENCH_CREATE_ONLY === '1',
+    filesOnly: process.env.BENCH_FILES_ONLY === '1',
     backupMb: intEnv('BENCH_BACKUP_MB', 256),
     backupRuns: intEnv('BENCH_BACKUP_RUNS', 3),
     wsExecs: intEnv('BENCH_WS_EXECS', 50),

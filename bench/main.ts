@@ -26,7 +26,8 @@
  *
  * Knobs (environment): BENCH_CREATES (20), BENCH_EXECS (200), BENCH_FORKS (5), BENCH_BIG_MB (1024),
  * BENCH_SCALE_BOXES (1000; 0 skips the scale figures), BENCH_SCALE_ONLY=1 (only the scale figures),
- * BENCH_CREATE_ONLY=1 (only the create figure, no scale: a minute or two).
+ * BENCH_CREATE_ONLY=1 (only the create figure, no scale: a minute or two), BENCH_FILES_ONLY=1 (the
+ * create and the interactive figures: WebSocket exec, files up and down).
  *
  * This file runs the parts in order; each lives in bench/sections/ (create, exec, interactive,
  * proxy and deploy, fork and snapshot, backup), the host's setup in setup.ts, the knobs in
@@ -126,7 +127,8 @@ async function main(): Promise<number> {
       // 1. create → running; its first box is the exec, interactive and proxy figures' box,
       // its second the empty box the fork and snapshot figures compare with.
       const { creates, raw } = await createSection(ctx);
-      if (!knobs.createOnly) {
+      if (knobs.filesOnly) await interactiveSection(ctx, creates[0]);
+      else if (!knobs.createOnly) {
         const target = creates[0];
         // 2. exec; 2b. interactive: WebSocket exec, files; 2c. the publish proxy, a deploy under load
         await execSection(ctx, target, raw);
@@ -155,7 +157,7 @@ async function main(): Promise<number> {
 
   // ------------------------------------------------------------ 4. scale, on a host of its own
   let scaleReport: string[] = [];
-  if (knobs.scaleBoxes > 0 && !error && !knobs.createOnly) {
+  if (knobs.scaleBoxes > 0 && !error && !knobs.createOnly && !knobs.filesOnly) {
     const scale = await runScale({ boxes: knobs.scaleBoxes, makeConfig: benchConfig, profiler, progress, checkpoint });
     if (interrupted) {
       progress(`interrupted; cleaned up${scale.problems.length ? ` with problems:\n  ${scale.problems.join('\n  ')}` : ''}`);
@@ -168,7 +170,7 @@ async function main(): Promise<number> {
     if (scale.firstHundred.length && scale.lastHundred.length) {
       figures.push(figure(`create→running at boxes ${scale.lastRange} vs ${scale.firstRange}`, scale.lastHundred, scale.firstHundred, `boxes ${scale.firstRange}`, scale.target));
     }
-  } else if (knobs.scaleBoxes > 0 && !knobs.createOnly) {
+  } else if (knobs.scaleBoxes > 0 && !knobs.createOnly && !knobs.filesOnly) {
     notes.push('the scale figures did not run: the bench failed before them');
   }
 

@@ -214,22 +214,15 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		if w.JSON(FrameAnswer, infoOf(p, st)) != nil {
 			return
 		}
-		// Large reads, large frames, the next block read while the last one goes out: a file
-		// streams at the slower side's pace, not at the sum of both. A regular file fills whole
-		// blocks; anything else (a FIFO, a device) goes on with what each read gives, so bytes
-		// that come slowly are not held back.
+		// A regular file is spliced (splice.go); anything else, or a file that cannot be, copied.
 		regular := st.Mode().IsRegular()
-		fillErr, sendErr := relay(fileReadBuf, relayDepth, func(b []byte) (n int, err error) {
-			if !regular {
-				// A FIFO or a device may wait for ever: never in a slot.
-				return fh.Read(b)
-			}
-			blocking(func() { n, err = io.ReadFull(fh, b) })
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF
-			}
-			return n, err
-		}, func(b []byte) error { return w.Write(FrameData, b) })
+		fillErr, sendErr := errNoSplice, error(nil)
+		if regular {
+			fillErr, sendErr = spliceData(fh, c, w, fileReadBuf)
+		}
+		if fillErr == errNoSplice {
+			fillErr, sendErr = s.copyData(fh, w, regular)
+		}
 		switch {
 		case sendErr != nil: // the node went away
 		case fillErr != nil:
@@ -292,6 +285,24 @@ func (s *Server) files(c net.Conn, w *Writer, t byte, payload []byte) {
 		}
 		answerInfo()
 	}
+}
+
+// copyData sends fh's bytes as data frames read into boxd's memory. Large reads, large frames,
+// the next block read while the last one goes out: a file streams at the slower side's pace,
+// not at the sum of both. A regular file fills whole blocks; anything else (a FIFO, a device)
+// goes on with what each read gives, so bytes that come slowly are not held back.
+func (s *Server) copyData(fh *os.File, w *Writer, regular bool) (fillErr, sendErr error) {
+	return relay(fileReadBuf, relayDepth, func(b []byte) (n int, err error) {
+		if !regular {
+			// A FIFO or a device may wait for ever: never in a slot.
+			return fh.Read(b)
+		}
+		blocking(func() { n, err = io.ReadFull(fh, b) })
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return n, err
+	}, func(b []byte) error { return w.Write(FrameData, b) })
 }
 
 // listDir is p's entries, sorted by name, at most maxListEntries of them.

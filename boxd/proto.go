@@ -104,6 +104,23 @@ func (fw *Writer) Write(t byte, p []byte) error {
 	return nil
 }
 
+// frameOf sends a frame of n payload bytes that send writes to the connection itself (a splice):
+// the header first, then send, with the connection held for both.
+func (fw *Writer) frameOf(t byte, n int, send func() error) error {
+	if n > MaxFrame {
+		return ErrFrameTooLarge
+	}
+	var hdr [5]byte
+	hdr[0] = t
+	binary.BigEndian.PutUint32(hdr[1:], uint32(n))
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if _, err := fw.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	return send()
+}
+
 // JSON sends v as a frame's payload (without HTML escaping: `<` stays one byte, so a payload
 // is no larger than its content needs).
 func (fw *Writer) JSON(t byte, v interface{}) error {

@@ -170,6 +170,19 @@ t.test('on a real host', async (t) => {
     t.equal((await host.call('GET', `${F}/stat?${q('/data/in')}`)).status, 404, 'gone');
   });
 
+  t.test('what boxd cannot splice is copied: /proc files read whole', async (t) => {
+    // A regular file is sent by splice(2) (boxd/splice.go); most of /proc refuses it (EINVAL),
+    // and is read into boxd instead. Both are the bytes the box reads itself.
+    for (const p of ['/proc/1/stat', '/proc/meminfo']) {
+      const got = await host.call('GET', `${F}?${q(p)}`);
+      t.equal(got.status, 200, `${p}: 200`);
+      const text = got.text;
+      const inBox = (await sh('f', `cat ${p}`)).stdout as string;
+      t.ok(text.length > 0, `${p}: not empty`);
+      t.equal(text.split(/\s+/)[0], inBox.split(/\s+/)[0], `${p}: the box's own (first field ${inBox.split(/\s+/)[0]})`);
+    }
+  });
+
   t.test('errors: each with its status and the error body', async (t) => {
     const cases: Array<[string, string, string, number]> = [
       ['GET', F, `${q('/etc/nope')}`, 404],
