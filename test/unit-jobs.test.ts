@@ -186,6 +186,35 @@ t.test('create of a box deleted before its turn does nothing', async (t) => {
   t.same(h.runtime.starts, []);
 });
 
+t.test('create of a box deleted while its root was made: nothing is started or wired', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  // The start's preparation runs beside the clone; the delete lands before the clone ends.
+  const clone = h.storage.createBoxRoot.bind(h.storage);
+  h.storage.createBoxRoot = async (...args: Parameters<typeof clone>) => {
+    const made = await clone(...args);
+    await boxesRepo.update(db, box.id, { status: 'deleting' });
+    return made;
+  };
+  const progress: number[] = [];
+  await createBoxJob.run(jobContext(h.steps, { boxId: box.id, source: fromBase }, 1, 5, progress));
+  t.same(h.runtime.starts, [], 'no container');
+  t.same([...h.network.leasesOf(await netIndex(box.project)).keys()], [], 'not wired: no address');
+  t.equal((await row(box.id))!.status, 'deleting', 'the row is left to its delete');
+  t.same(progress, [50], 'the progress still says the root was made');
+});
+
+t.test('create whose clone fails: the start beside it runs nothing and the failure is the clone\'s', async (t) => {
+  const h = await host();
+  const box = await insertBox();
+  h.storage.failNext('createBoxRoot', new Error('zfs clone: out of space'));
+  const err = await createBoxJob.run(jobContext(h.steps, { boxId: box.id, source: fromBase }, 1, 5)).then(() => null, (e: Error) => e);
+  t.match(err?.message, /zfs clone: out of space/);
+  t.same(h.runtime.starts, [], 'no container');
+  t.same([...h.network.leasesOf(await netIndex(box.project)).keys()], [], 'not wired: no address');
+  t.same(await h.storage.listBoxRoots(), [], 'no root');
+});
+
 t.test('create failed for good: onFailed removes what was made, the row stays failed', async (t) => {
   const h = await host();
   // An earlier attempt got as far as recording an address.
