@@ -41,6 +41,7 @@ func readFrames(t *testing.T, c net.Conn) ([]byte, int) {
 		}
 		if err != nil {
 			t.Errorf("reading frames: %v", err)
+			_, _ = io.Copy(io.Discard, c) // the sender is not left blocked on a full socket
 			return got.Bytes(), n
 		}
 		if f.Type != FrameData {
@@ -99,8 +100,12 @@ func TestSpliceDataRefusesWhatCannotBeSpliced(t *testing.T) {
 	defer fh.Close()
 	boxdEnd, nodeEnd := unixPair(t)
 	defer nodeEnd.Close()
+	// Nothing waits on the node's end: the refusal must come before any byte is sent.
 	fillErr, sendErr := spliceData(fh, boxdEnd, &Writer{w: boxdEnd}, 64<<10)
 	boxdEnd.Close()
+	if fillErr == nil && sendErr == nil {
+		t.Skip("this kernel splices /proc/self/stat")
+	}
 	if fillErr != errNoSplice || sendErr != nil {
 		t.Fatalf("fillErr %v, sendErr %v; want errNoSplice", fillErr, sendErr)
 	}

@@ -25,12 +25,17 @@ export const createBoxJob = defineJob({
     // Read before the progress is written (the embedded db takes them in turn), which goes on
     // beside the start and is done before the end is.
     let halfway: Promise<void> = Promise.resolve();
-    const address = await node.create(box, payload.source, async () => {
-      const now = boxesRepo.byId(db, box.id);
-      halfway = progress(50);
-      halfway.catch(() => undefined); // awaited below
-      return (await now)?.status === 'creating';
-    });
+    let address: string | null;
+    try {
+      address = await node.create(box, payload.source, async () => {
+        const now = boxesRepo.byId(db, box.id);
+        halfway = progress(50);
+        halfway.catch(() => undefined); // awaited below
+        return (await now)?.status === 'creating';
+      });
+    } finally {
+      await halfway.catch(() => undefined); // nothing of this run goes on behind its end
+    }
     await halfway;
     if (address === null) return;
     if (await boxesRepo.markCreated(db, box.id, address)) await recordBoxEvent(db, box, 'box.created', { operationId, operation });

@@ -170,7 +170,8 @@ export class BoxSteps implements BoxHost {
     })();
     // Wired once the root is there (a create's root that failed leaves no lease behind).
     const attached = rootMade.then(() => this.d.network.attach(box.id, net, { loopbackUp }));
-    const [, attachment] = await allSettledOrThrow([started, attached] as const);
+    // The root's readying too: the runtime's start may fail before it waits for it.
+    const [, attachment] = await allSettledOrThrow([started, attached, rootReady] as const);
     if (opts.recordAddress !== false && box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });
     crashPoint('start:done');
     return attachment.address;

@@ -264,9 +264,6 @@ export class RuncRuntime implements RuntimeDriver {
         writeJsonAtomic(path.join(bundle, 'environment.json'), spec.environment),
         writeFileNoFollow(path.join(bundle, 'hostname'), `${spec.hostname}\n`),
         writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment)),
-        // Earlier versions gave PID 1 this file for stdio, without bound.
-        fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
-        fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
       ]);
     })();
     // Both settled before either's failure is thrown: nothing of this start goes on behind it.
@@ -297,6 +294,10 @@ export class RuncRuntime implements RuntimeDriver {
     });
     await Promise.all([
       writeJsonAtomic(path.join(bundle, 'config.json'), config),
+      // The last start's logs go only now, the root there: a start that fails before keeps them.
+      // Earlier versions gave PID 1 this file for stdio, without bound.
+      fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
+      fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
       // Root in the box (the container init, as it mounts) walks to the bundle's files and the
       // root: the paths down to them are opened for traversal only.
       idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [realRoot, bundle, this.boxd] : [realRoot, bundle], idMap.hostId) : null,

@@ -23,9 +23,9 @@ export class ZfsRoots {
   private readonly creatingRoots = new Map<string, Promise<string>>();
   /** Each range's roots behind a directory only it enters (workers/storage/rangeDirs.ts). */
   private readonly ranges: RangeDirs;
-  /** Roots this process has just cloned, in their range, behind it and made nosuid,nodev: the
-   *  range's id and when, until the first `prepareBoxRoot` (the create's start) takes it. */
-  private readonly fresh = new Map<string, { hostId: number; at: number }>();
+  /** Roots this process has just cloned from files in their range, mounted behind it: the
+   *  range's id, the mount and when, until the first `prepareBoxRoot` (the create's start) takes it. */
+  private readonly fresh = new Map<string, { hostId: number; mount: string; at: number }>();
 
   constructor(
     private readonly d: ZfsDatasets,
@@ -133,8 +133,9 @@ export class ZfsRoots {
       const real = mountAt && (await this.ranges.link(this.boxRootPath(boxId), mountAt)) ? mountAt : this.boxRootPath(boxId);
       // Made nosuid,nodev now, beside the box's namespaces, rather than on its start's path.
       await this.d.mountPrivately(real);
-      // Cloned in its range and behind it just now: what its start would look at again is so.
-      if (r.exitCode === 0 && idMap && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, at: Date.now() });
+      // Cloned just now from files in its range (a base's copy, or a fork of a root or snapshot
+      // marked so; one marked `none` is shifted at its first start), behind its range.
+      if (r.exitCode === 0 && idMap && inRange === String(idMap.hostId) && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, mount: real, at: Date.now() });
       return this.boxRootPath(boxId);
     }
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
@@ -143,12 +144,12 @@ export class ZfsRoots {
   }
 
   async prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void> {
-    // The create's own start, moments after the clone: nothing to look at again (≈5 ms of FUSE
-    // lookups and the mount table on a create's path). Once only, and not across a restart of the
-    // daemon (`forget`), which remounts every root.
+    // The create's own start, moments after the clone: its files and its place need no second
+    // look (≈5 ms of FUSE lookups on a create's path); its mount's flags are read again (the
+    // mount table, not the daemon): a restart of the daemon in between mounts it anew. Once only.
     const fresh = this.fresh.get(boxId);
     this.fresh.delete(boxId);
-    if (fresh && fresh.hostId === idMap.hostId && Date.now() - fresh.at < FRESH_ROOT_MS) return;
+    if (fresh && fresh.hostId === idMap.hostId && Date.now() - fresh.at < FRESH_ROOT_MS) return this.d.mountPrivately(fresh.mount);
     const dir = this.boxRootPath(boxId);
     // A mounted root whose top directory the range's root owns was made in the range: no ZFS
     // command needed (the property decides only when this says otherwise).
