@@ -148,9 +148,14 @@ func drainOfAWriterThatGoesOn(t *testing.T, s *sink, chunk int) time.Duration {
 	return time.Since(t0)
 }
 
+// drainSlack: how far past drainMax a drain may end and still count as ending at its bound (one
+// that never ends is the failure). Generous: on a loaded 2-core VM in CI, 2 s was passed by 40 ms
+// while the whole suite ran beside it.
+const drainSlack = 6 * time.Second
+
 // A background child that writes on and on: the drain ends at drainMax.
 func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
-	if d := drainOfAWriterThatGoesOn(t, &sink{}, 512); d < drainMax || d > drainMax+2*time.Second {
+	if d := drainOfAWriterThatGoesOn(t, &sink{}, 512); d < drainMax || d > drainMax+drainSlack {
 		t.Fatalf("the drain of a writer that goes on took %v (bound %v)", d, drainMax)
 	}
 }
@@ -158,7 +163,7 @@ func TestDrainEndsAtItsBoundOnAWriterThatGoesOn(t *testing.T) {
 // A background child that writes on to a slow reader: past what the process could have left in
 // its pipe, the time its sends wait counts too, and the drain ends at drainMax.
 func TestDrainEndsAtItsBoundOnAWriterThatGoesOnToASlowNode(t *testing.T) {
-	if d := drainOfAWriterThatGoesOn(t, &sink{each: 20 * time.Millisecond}, 4096); d < drainMax || d > drainMax+2*time.Second {
+	if d := drainOfAWriterThatGoesOn(t, &sink{each: 20 * time.Millisecond}, 4096); d < drainMax || d > drainMax+drainSlack {
 		t.Fatalf("the drain of a writer that goes on to a slow node took %v (bound %v)", d, drainMax)
 	}
 }

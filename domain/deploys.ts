@@ -132,7 +132,8 @@ export async function rollbackInstance(ctx: DomainContext, identity: Identity, p
   const target = await boxesRepo.get(ctx.db, project, live.rollback_to);
   const gen = target ? await deploysRepo.generationOf(ctx.db, target.id) : undefined;
   if (!target || gen?.line !== line) throw conflict(`generation ${live.rollback_to} of line ${line} is gone; deploy instead`);
-  if (target.status !== 'stopped' && target.status !== 'running') throw conflict(`generation ${target.name} is ${target.status}; it cannot take the line back`);
+  // `stopping`: retired after its drain (jobs/packDeploy.ts), resumed behind that stop.
+  if (target.status !== 'stopped' && target.status !== 'running' && target.status !== 'stopping') throw conflict(`generation ${target.name} is ${target.status}; it cannot take the line back`);
   if (!target.pack || !target.pack_rev) throw conflict(`generation ${target.name} is not a pack instance`);
   await ctx.nodes.assertUp(target.node);
   const publishes = planPublishes(ctx, project, line, await pinnedRevision(ctx, target.pack, target.pack_rev));
@@ -142,10 +143,11 @@ export async function rollbackInstance(ctx: DomainContext, identity: Identity, p
     if (!locked || locked.live_box_id !== live.id) throw conflict(`line ${line} was deployed meanwhile; roll back again`);
     await assertIdle(trx, line, locked);
     const box = await boxesRepo.byId(trx, target.id, { lock: true });
-    if (!box || (box.status !== 'stopped' && box.status !== 'running')) throw conflict(`generation ${target.name} changed meanwhile; roll back again`);
-    // What is queued on it (a user's stop) counts: it is resumed if it will be stopped by then.
+    if (!box || (box.status !== 'stopped' && box.status !== 'running' && box.status !== 'stopping')) throw conflict(`generation ${target.name} changed meanwhile; roll back again`);
+    // What is queued on it (a user's stop) counts: it is resumed if it will be stopped by then;
+    // so is one its retire is stopping now (that stop is no box action of its own).
     const pending = await pendingActions(trx, box.id);
-    if (projectedStatus(box.status, pending) === 'stopped') {
+    if (box.status === 'stopping' || projectedStatus(box.status, pending) === 'stopped') {
       if ((await operationsRepo.unfinishedForBox(trx, box.id)).length === 0) await boxesRepo.update(trx, box.id, { status: 'resuming', error: null });
       await enqueueBoxJob(ctx, trx, box, boxJobs.resume.of({ boxId: box.id }), identity);
     }

@@ -160,7 +160,25 @@ export const packRetireJob = defineJob({
       await boxesRepo.update(db, box.id, { status: 'deleting', error: null });
       return deleteBoxJob.run({ ...ctx, payload: { boxId: box.id } });
     }
-    if (box.status === 'running' || box.status === 'stopping') return stopBoxJob.run({ ...ctx, payload: { boxId: box.id } });
+    if (box.status !== 'running' && box.status !== 'stopping') return;
+    // The line looked at again and the box marked `stopping` in one transaction under the line's
+    // lock, which a rollback takes too: a rollback to this box either committed first (it is the
+    // line's next live box: left running) or sees it `stopping` and resumes it behind this stop.
+    // (Looked at apart, a rollback that committed between the look and the stop was answered
+    // with its box stopped: seen in CI on a slow VM.)
+    const claimed = await db.transaction(async (trx) => {
+      const locked = await deploysRepo.lockLine(trx, gen!.project, gen!.line);
+      if (!locked || locked.live_box_id === box.id) return false;
+      if (locked.deploy_op) {
+        const next = await operationsRepo.get(trx, locked.deploy_op);
+        if (next?.box_id === box.id && !isFinished(next.status)) return false;
+      }
+      const now = await boxesRepo.byId(trx, box.id, { lock: true });
+      if (now?.status !== 'running' && now?.status !== 'stopping') return false;
+      if (now.status === 'running') await boxesRepo.update(trx, box.id, { status: 'stopping' });
+      return true;
+    });
+    if (claimed) return stopBoxJob.run({ ...ctx, payload: { boxId: box.id } });
   },
   /** A stop or delete that failed for good leaves the box failed with why, as those jobs do. */
   async onFailed(ctx: JobContext<RetirePayload>, error: Error) {
