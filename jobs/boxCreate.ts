@@ -34,7 +34,9 @@ export const createBoxJob = defineJob({
         return (await now)?.status === 'creating';
       });
     } finally {
-      await halfway.catch(() => undefined); // nothing of this run goes on behind its end
+      // Nothing of this run goes on behind its end; a failed progress write does not hide the
+      // create's own failure, and fails the run (as before) when the create did not fail.
+      await halfway.catch(() => undefined);
     }
     await halfway;
     if (address === null) return;
