@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import knex, { Knex } from 'knex';
 import type { Config } from '../core/config';
 import { migrations } from './migrations';
@@ -19,19 +20,20 @@ export function createDb(config: Pick<Config, 'dataDir' | 'databaseUrl'>): Db {
     // sqlite3 driver's hop through libuv's thread pool and back took 0.16 ms idle and 0.3–1.4 ms
     // beside a create's host work (≈35 queries a create; docs/decisions.md "The embedded
     // database"). No fs call stuck in a hung FUSE daemon can take the database's thread either.
-    client: 'better-sqlite3',
+    client: EmbeddedSqlite as unknown as typeof Knex.Client,
     connection: { filename: file },
     useNullAsDefault: true,
     pool: {
       min: 1,
       max: 1,
-      // WAL lets the api read while a worker process writes; busy_timeout rides out their
-      // overlap. synchronous=NORMAL is WAL's own recommendation: no fsync per commit, and a
-      // power cut can lose only the last commits, never corrupt the file.
+      // WAL lets the api read while a worker process writes. synchronous=NORMAL is WAL's own
+      // recommendation: no fsync per commit, and a power cut can lose only the last commits,
+      // never corrupt the file. busy_timeout is 0 once the connection is set up: a lock another
+      // process holds is waited for by EmbeddedSqlite, off the event loop, not in sqlite.
       afterCreate: (conn: any, done: (err: Error | null, conn: any) => void) => {
         try {
           beginImmediate(conn);
-          conn.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;');
+          conn.exec(`PRAGMA busy_timeout = ${BUSY_WAIT_MS}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 0;`);
           done(null, conn);
         } catch (e) {
           done(e as Error, conn);
@@ -39,6 +41,61 @@ export function createDb(config: Pick<Config, 'dataDir' | 'databaseUrl'>): Db {
       },
     },
   });
+}
+
+/** How long a statement waits for a lock another process holds (sqlite's busy_timeout was this). */
+const BUSY_WAIT_MS = 5000;
+/** The waits between its tries, the last repeated. */
+const BUSY_BACKOFF_MS = [1, 2, 4, 8, 16, 25];
+/** How long queries that follow one another with nothing else awaited may hold the event loop. */
+const TURN_MS = 20;
+
+const isBusy = (e: unknown) => /^SQLITE_BUSY/.test(String((e as { code?: unknown })?.code ?? ''));
+
+// knex's own better-sqlite3 dialect (no typings of its own: knex takes a client class).
+const BetterSqlite3Client: new (config: Knex.Config) => { _query(connection: unknown, obj: unknown): Promise<unknown> } = require('knex/lib/dialects/better-sqlite3');
+
+/**
+ * knex's better-sqlite3 client, with two things a query on the calling thread needs:
+ * - **A lock held by another process is waited for asynchronously.** With sqlite's busy_timeout
+ *   the wait would spin on the event loop (the api's proxy, exec sessions, BullMQ's lock
+ *   renewals all stalled behind it); here a statement that meets SQLITE_BUSY, which did nothing,
+ *   is tried again after a short sleep, for up to BUSY_WAIT_MS in all.
+ * - **The event loop turns.** Queries awaited one after another resolve in microtasks only (the
+ *   pool's connection is free, the query runs at once), so a loop of thousands (a first prune of
+ *   old operations) would hold the process until it ended: once queries have run for TURN_MS
+ *   with no turn of the loop, the next waits for one.
+ */
+class EmbeddedSqlite extends BetterSqlite3Client {
+  override async _query(connection: unknown, obj: unknown): Promise<unknown> {
+    await loopTurn();
+    const started = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await super._query(connection, obj);
+      } catch (e) {
+        if (!isBusy(e) || Date.now() - started >= BUSY_WAIT_MS) throw e;
+        await sleep(BUSY_BACKOFF_MS[Math.min(attempt, BUSY_BACKOFF_MS.length - 1)]);
+      }
+    }
+  }
+}
+
+let turnPending = false;
+let turnAskedAt = 0;
+/** Resolves at once unless queries have held the loop for TURN_MS since it last turned. */
+async function loopTurn(): Promise<void> {
+  if (turnPending) {
+    if (Date.now() - turnAskedAt < TURN_MS) return;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  if (!turnPending) {
+    turnPending = true;
+    turnAskedAt = Date.now();
+    setImmediate(() => {
+      turnPending = false;
+    });
+  }
 }
 
 /** Runs pending migrations; safe to call from several processes at start. */

@@ -83,9 +83,9 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   if (err instanceof BoxhostError && err.code !== 'internal' && statusOf(err.code)) error = err;
   else if (fromHttp) error = fromHttp;
   else if (err instanceof ValidationError) error = invalid(err.message);
-  else if (err instanceof QueueUnavailableError || e?.code === 'ECONNREFUSED' || e?.code === 'SQLITE_BUSY') {
+  else if (err instanceof QueueUnavailableError || e?.code === 'ECONNREFUSED' || /^SQLITE_BUSY/.test(String(e?.code ?? ''))) {
     // Which service, in plain words; its own text (socket paths, addresses) stays in the log.
-    const which = err instanceof QueueUnavailableError ? 'the job queue' : e?.code === 'SQLITE_BUSY' ? 'the database' : 'a service the api depends on';
+    const which = err instanceof QueueUnavailableError ? 'the job queue' : /^SQLITE_BUSY/.test(String(e?.code ?? '')) ? 'the database' : 'a service the api depends on';
     req.log?.warn({ err }, 'backing service unavailable');
     error = new BoxhostError('unavailable', `${which} is unavailable; try again shortly (request id ${(req as any).id})`);
   } else {

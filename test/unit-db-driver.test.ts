@@ -1,0 +1,90 @@
+/**
+ * The embedded database's driver (db/knex.ts EmbeddedSqlite, docs/decisions.md "The embedded
+ * database"): a write lock another connection holds is waited for without holding the event
+ * loop, and queries awaited one after another let the loop turn.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { createDb, migrate } from '../db/knex';
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bh-db-driver-'));
+t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+const file = path.join(dir, 'boxhost.sqlite');
+// Two connections to one file, as an api process and a node process have.
+const a = createDb({ dataDir: dir, databaseUrl: `sqlite:${file}` });
+const b = createDb({ dataDir: dir, databaseUrl: `sqlite:${file}` });
+t.teardown(async () => {
+  await a.destroy();
+  await b.destroy();
+});
+
+t.test('a lock another connection holds is waited for, with the event loop free', async (t) => {
+  await migrate(a);
+  await b.raw('select 1');
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((resolve) => (locked = resolve));
+  const holder = a.transaction(async (trx) => {
+    await trx('projects').insert({ name: 'p-a', created_at: 'x', net_index: 1 });
+    locked();
+    await held;
+  });
+  await isLocked;
+  // The loop's turns while b waits for the lock (a loop blocked in sqlite's busy wait has none).
+  let ticks = 0;
+  const ticker = setInterval(() => ticks++, 5);
+  const t0 = Date.now();
+  // Started now (a knex query runs only once it is awaited or then'd).
+  const write = b('projects').insert({ name: 'p-b', created_at: 'x', net_index: 2 }).then(() => Date.now());
+  const releasedAt = await new Promise<number>((resolve) =>
+    setTimeout(() => {
+      release();
+      resolve(Date.now());
+    }, 150),
+  );
+  const wroteAt = await write;
+  clearInterval(ticker);
+  await holder;
+  t.ok(wroteAt >= releasedAt, "b's write ended only after a's transaction did");
+  t.ok(ticks >= 5, `the event loop kept turning while b waited ${Date.now() - t0} ms (${ticks} ticks of 5 ms)`);
+  t.same((await b('projects').whereIn('name', ['p-a', 'p-b']).orderBy('name').pluck('name')), ['p-a', 'p-b'], 'both writes are there');
+});
+
+t.test('a lock held past the wait fails with SQLITE_BUSY', async (t) => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((resolve) => (locked = resolve));
+  const holder = a.transaction(async (trx) => {
+    await trx('projects').insert({ name: 'p-c', created_at: 'x', net_index: 3 });
+    locked();
+    await held;
+  });
+  await isLocked;
+  const t0 = Date.now();
+  const err = await b('projects').insert({ name: 'p-d', created_at: 'x', net_index: 4 }).then(() => null, (e: { code?: string }) => e);
+  release();
+  await holder;
+  t.match(err, { code: /^SQLITE_BUSY/ }, 'the write failed busy');
+  t.ok(Date.now() - t0 >= 4900, `after the 5 s wait (${Date.now() - t0} ms)`);
+  t.equal(await b('projects').where({ name: 'p-d' }).first(), undefined, 'and wrote nothing');
+});
+
+t.test('queries awaited one after another let the loop turn', async (t) => {
+  let turned = 0;
+  const timer = setInterval(() => turned++, 1);
+  const t0 = Date.now();
+  let n = 0;
+  // Only queries awaited here: with a driver whose queries resolve at once, nothing else would
+  // run until the loop ended.
+  while (Date.now() - t0 < 300) {
+    await b('projects').where({ name: 'p-a' }).first();
+    n++;
+  }
+  clearInterval(timer);
+  t.ok(n > 100, `${n} queries in 300 ms`);
+  t.ok(turned >= 5, `a 1 ms timer fired ${turned} times meanwhile`);
+});
