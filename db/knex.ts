@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import knex, { Knex } from 'knex';
 import type { Config } from '../core/config';
@@ -74,7 +75,9 @@ class EmbeddedSqlite extends BetterSqlite3Client {
       try {
         return await super._query(connection, obj);
       } catch (e) {
-        if (!isBusy(e) || Date.now() - started >= BUSY_WAIT_MS) throw e;
+        // Only a statement outside a transaction (a BEGIN IMMEDIATE, an autocommit write) waits:
+        // inside one the write lock is held already, and a busy there would not pass by waiting.
+        if (!isBusy(e) || (connection as { inTransaction?: boolean }).inTransaction || Date.now() - started >= BUSY_WAIT_MS) throw e;
         await sleep(BUSY_BACKOFF_MS[Math.min(attempt, BUSY_BACKOFF_MS.length - 1)]);
       }
     }
@@ -86,12 +89,12 @@ let turnAskedAt = 0;
 /** Resolves at once unless queries have held the loop for TURN_MS since it last turned. */
 async function loopTurn(): Promise<void> {
   if (turnPending) {
-    if (Date.now() - turnAskedAt < TURN_MS) return;
+    if (performance.now() - turnAskedAt < TURN_MS) return;
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
   if (!turnPending) {
     turnPending = true;
-    turnAskedAt = Date.now();
+    turnAskedAt = performance.now();
     setImmediate(() => {
       turnPending = false;
     });

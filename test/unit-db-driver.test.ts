@@ -39,15 +39,22 @@ t.test('a lock another connection holds is waited for, with the event loop free'
   const t0 = Date.now();
   // Started now (a knex query runs only once it is awaited or then'd).
   const write = b('projects').insert({ name: 'p-b', created_at: 'x', net_index: 2 }).then(() => Date.now());
-  const releasedAt = await new Promise<number>((resolve) =>
-    setTimeout(() => {
-      release();
-      resolve(Date.now());
-    }, 150),
-  );
-  const wroteAt = await write;
-  clearInterval(ticker);
-  await holder;
+  let releasedAt = 0;
+  let wroteAt = 0;
+  try {
+    releasedAt = await new Promise<number>((resolve) =>
+      setTimeout(() => {
+        release();
+        resolve(Date.now());
+      }, 150),
+    );
+    wroteAt = await write;
+  } finally {
+    // A failing write must not leave a's transaction open (the teardown would wait on it).
+    release();
+    clearInterval(ticker);
+    await holder;
+  }
   t.ok(wroteAt >= releasedAt, "b's write ended only after a's transaction did");
   t.ok(ticks >= 5, `the event loop kept turning while b waited ${Date.now() - t0} ms (${ticks} ticks of 5 ms)`);
   t.same((await b('projects').whereIn('name', ['p-a', 'p-b']).orderBy('name').pluck('name')), ['p-a', 'p-b'], 'both writes are there');
@@ -65,8 +72,10 @@ t.test('a lock held past the wait fails with SQLITE_BUSY', async (t) => {
   });
   await isLocked;
   const t0 = Date.now();
-  const err = await b('projects').insert({ name: 'p-d', created_at: 'x', net_index: 4 }).then(() => null, (e: { code?: string }) => e);
-  release();
+  const err = await b('projects')
+    .insert({ name: 'p-d', created_at: 'x', net_index: 4 })
+    .then(() => null, (e: { code?: string }) => e)
+    .finally(release);
   await holder;
   t.match(err, { code: /^SQLITE_BUSY/ }, 'the write failed busy');
   t.ok(Date.now() - t0 >= 4900, `after the 5 s wait (${Date.now() - t0} ms)`);
