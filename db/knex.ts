@@ -106,13 +106,13 @@ export async function migrate(db: Db): Promise<void> {
   await db.migrate.latest({ migrationSource: migrations, tableName: 'knex_migrations' });
 }
 
-
 /**
  * knex opens sqlite transactions with a plain (deferred) `BEGIN`. A deferred transaction that
  * has read, then writes after another process (a worker) committed, fails at once with
- * SQLITE_BUSY: busy_timeout cannot help, the snapshot it read is stale. `BEGIN IMMEDIATE` takes
- * the write lock first, waiting up to busy_timeout for it, so the api and worker processes queue
- * instead of failing (seen as 503 "the database is unavailable" on concurrent creates before).
+ * SQLITE_BUSY: no waiting can help, the snapshot it read is stale. `BEGIN IMMEDIATE` takes the
+ * write lock first (EmbeddedSqlite waits for it up to BUSY_WAIT_MS), so the api and worker
+ * processes queue instead of failing (seen as 503 "the database is unavailable" on concurrent
+ * creates before). better-sqlite3 runs every statement through `prepare`, wrapped here.
  */
 function beginImmediate(conn: any): void {
   const prepare = conn.prepare;
