@@ -20,19 +20,26 @@ t.teardown(async () => {
   await b.destroy();
 });
 
-t.test('a lock another connection holds is waited for, with the event loop free', async (t) => {
-  await migrate(a);
-  await b.raw('select 1');
+/** Holds the write lock on `a` (a transaction that has written project `name`) until released;
+ *  resolves once the lock is held. `done`: the transaction's end. */
+async function holdWriteLock(name: string, netIndex: number): Promise<{ release: () => void; done: Promise<void> }> {
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
   let locked!: () => void;
   const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const holder = a.transaction(async (trx) => {
-    await trx('projects').insert({ name: 'p-a', created_at: 'x', net_index: 1 });
+  const done = a.transaction(async (trx) => {
+    await trx('projects').insert({ name, created_at: 'x', net_index: netIndex });
     locked();
     await held;
   });
-  await isLocked;
+  await Promise.race([isLocked, done]);
+  return { release, done };
+}
+
+t.test('a lock another connection holds is waited for, with the event loop free', async (t) => {
+  await migrate(a);
+  await b.raw('select 1');
+  const { release, done: holder } = await holdWriteLock('p-a', 1);
   // The loop's turns while b waits for the lock (a loop blocked in sqlite's busy wait has none).
   let ticks = 0;
   const ticker = setInterval(() => ticks++, 5);
@@ -61,16 +68,7 @@ t.test('a lock another connection holds is waited for, with the event loop free'
 });
 
 t.test('a lock held past the wait fails with SQLITE_BUSY', async (t) => {
-  let release!: () => void;
-  const held = new Promise<void>((resolve) => (release = resolve));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const holder = a.transaction(async (trx) => {
-    await trx('projects').insert({ name: 'p-c', created_at: 'x', net_index: 3 });
-    locked();
-    await held;
-  });
-  await isLocked;
+  const { release, done: holder } = await holdWriteLock('p-c', 3);
   const t0 = Date.now();
   const err = await b('projects')
     .insert({ name: 'p-d', created_at: 'x', net_index: 4 })
