@@ -34,10 +34,11 @@ export interface SpawnRequest {
    *  that leaves processes behind holding its stdio (`runc run --detach`). */
   noStdio?: boolean;
   /** Work the helper does itself instead of starting argv (boxd/spawner.go `helperOp`). */
-  op?: 'nft-elements' | 'box-net' | 'remount-private';
+  op?: 'nft-elements' | 'box-net' | 'remount-private' | 'make-private';
   nft?: NftElements;
   net?: BoxNetRequest;
-  /** The mount point of `remount-private`, and its mount's options to keep (mountinfo's names). */
+  /** The mount point of `remount-private` and `make-private`, and (`remount-private`) its
+   *  mount's options to keep (mountinfo's names). */
   path?: string;
   keep?: string[];
   /** A file the helper holds locked (flock, exclusive) while the command runs (RunOptions.lockFile);
@@ -343,6 +344,33 @@ export async function boxNet(req: BoxNetRequest): Promise<BoxNetResult | null> {
 export async function remountPrivate(path: string, options: Iterable<string>): Promise<true | null> {
   const keep = [...options].filter((o) => REMOUNT_KEPT.has(o));
   return (await helperOp({ op: 'remount-private', path, keep })) === null ? null : true;
+}
+
+/** Whether a helper of this build was found without `make-private` (a binary older than the
+ *  node's code, until it is built again): asked no more. */
+let noMakePrivate = false;
+
+/**
+ * Makes the mount at `path` nosuid,nodev unless it is already, in one request: the helper reads
+ * the mount table (its own /proc/self/mountinfo, the node's mount namespace) and remounts,
+ * keeping the mount's other options. Answers what it found: `none` (no mount there), `private`
+ * (it was already) or `remounted`; null when the helper is off, cannot be started, or predates
+ * the op (the caller reads the table itself then).
+ */
+export async function makePrivate(path: string): Promise<'none' | 'private' | 'remounted' | null> {
+  if (noMakePrivate) return null;
+  try {
+    const out = await helperOp({ op: 'make-private', path });
+    if (out === null) return null;
+    if (out === 'none' || out === 'private' || out === 'remounted') return out;
+    throw new Error(`the spawner answered make-private with ${JSON.stringify(out.slice(0, 40))}`);
+  } catch (e) {
+    if (/unknown op/.test((e as Error).message)) {
+      noMakePrivate = true;
+      return null;
+    }
+    throw e;
+  }
 }
 
 /** An op of the helper's own: its result (stdout), or null when the helper is not there. */

@@ -419,6 +419,20 @@ t.test('id ranges: base copies shifted once per range, forks stay in theirs, bas
     await storage.prepareBoxRoot(id, id === 'bidsa' ? p1 : p2);
     t.match(mountOptions(fs.realpathSync(storage.boxRootPath(id))), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, `${id}: mounted nosuid,nodev once ready to start`);
   }
+  // A create's start takes its fresh root as the clone left it (nosuid,nodev, where it is
+  // mounted), unless the storage daemon is another one since: a restart mounts every dataset anew.
+  const realB = fs.realpathSync(storage.boxRootPath('bidsb'));
+  t.match(mountOptions(realB), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, 'a root is mounted nosuid,nodev as soon as it is made');
+  await run(['mount', '-o', 'remount,bind,suid,dev', realB]); // as a new daemon's mount would be
+  t.notMatch(mountOptions(realB), /\bnosuid\b/, 'control: remounted without nosuid');
+  const kit = (storage as any).datasets;
+  kit.daemonPid = () => 4194304; // another daemon (no pid of this host)
+  try {
+    t.equal(await storage.prepareBoxRoot('bidsb', p1), realB, 'ready: its real mount is the answer');
+  } finally {
+    delete kit.daemonPid;
+  }
+  t.match(mountOptions(realB), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, 'the daemon was another one: the mount is made nosuid,nodev again');
   const fork = await storage.createBoxRoot('bidsf', { kind: 'box', boxId: 'bidsa' }, 1, p1);
   t.same(owner(path.join(fork, 'f')), [p1.hostId, p1.hostId], 'a fork is in its source range as cloned');
   t.equal(await zfsValue(`${pool}/boxes/bidsf`, 'boxhost:idmap'), String(p1.hostId));

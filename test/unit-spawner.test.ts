@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { CommandError, isLockTimeout, run } from '../core/command';
-import { remountPrivate, spawnCollect, SPAWNER_BIN, useSpawner } from '../core/spawner';
+import { makePrivate, remountPrivate, spawnCollect, SPAWNER_BIN, useSpawner } from '../core/spawner';
 
 for (const on of [false, true]) {
   t.test(`run() ${on ? 'through the spawner' : 'started here'}`, async (t) => {
@@ -148,6 +148,20 @@ t.test("the helper's own work: boxd listen in its process, a nosuid,nodev remoun
   t.equal(await remountPrivate(mnt, flags()), true, 'done by the helper');
   t.same(flags().filter((f) => ['ro', 'noexec', 'nosuid', 'nodev', 'noatime'].includes(f)).sort(), ['noatime', 'nodev', 'noexec', 'nosuid', 'ro'], 'nosuid,nodev, and still ro,noexec,noatime');
   await t.rejects(remountPrivate(path.join(dir, 'nope'), []), { code: 'ENOENT' }, 'a path that is not there: ENOENT');
+
+  // make-private: the helper reads the mount table itself and remounts only what needs it.
+  const mnt2 = path.join(dir, 'mnt two');
+  fs.mkdirSync(mnt2);
+  await run(['mount', '--bind', mnt2, mnt2]);
+  t.teardown(() => run(['umount', '-l', mnt2], { allowFailure: true }));
+  await run(['mount', '-o', 'remount,bind,ro,noatime', mnt2]);
+  const flags2 = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').find((l) => l.split(' ')[4] === mnt2.replace(/ /g, '\\040'))!.split(' ')[5].split(',');
+  t.notOk(flags2().includes('nosuid'), 'control: not nosuid before');
+  t.equal(await makePrivate(mnt2), 'remounted', 'a mount (its point with a space) that was not private: remounted');
+  t.same(flags2().filter((f) => ['ro', 'nosuid', 'nodev', 'noatime'].includes(f)).sort(), ['noatime', 'nodev', 'nosuid', 'ro'], 'nosuid,nodev, and still ro,noatime');
+  t.equal(await makePrivate(mnt2), 'private', 'asked again: it is already');
+  t.equal(await makePrivate(dir), 'none', 'a directory that is no mount point: none, nothing done');
+  t.equal(await makePrivate(path.join(dir, 'nope')), 'none', 'a path that is not there: none');
 });
 
 t.test('boxd refuses a mode it does not have: never a box agent on the host', async (t) => {

@@ -14,6 +14,13 @@ import type { Db } from '../db/knex';
 import { RecipeBases } from './bases/recipeBases';
 import { allSettledOrThrow } from '../core/promises';
 
+interface StartOptions {
+  recordAddress?: boolean;
+  rootReady?: Promise<void>;
+  rootMade?: Promise<void>;
+  netnsReady?: Promise<void>;
+}
+
 /** A create whose box was deleted (or otherwise moved on) while its root was made. */
 class NotWanted extends Error {}
 const noop = () => undefined;
@@ -79,7 +86,7 @@ export class BoxSteps implements BoxHost {
     });
     wanted.catch(noop); // its failure is the start's to throw, once it is looked at
     try {
-      return await this.startBox(box, { recordAddress: false, rootReady: wanted, netnsReady: netns });
+      return await this.startBox(box, { recordAddress: false, rootReady: wanted, rootMade: made, netnsReady: netns });
     } catch (e) {
       if (e instanceof NotWanted) return null;
       throw e;
@@ -117,8 +124,9 @@ export class BoxSteps implements BoxHost {
   /** `start`, with a create's root (`rootReady`) and netns (`netnsReady`) still being made: the
    *  netns is looked at once made, and nothing is run or wired before the root is there. A
    *  failure is thrown once the root's making has settled too (nothing of the create goes on
-   *  behind it, for the cleanup to miss). */
-  private async startBox(box: BoxRecord, opts: { recordAddress?: boolean; rootReady?: Promise<void>; netnsReady?: Promise<void> }): Promise<string> {
+   *  behind it, for the cleanup to miss). `rootMade` (the clone alone, before `rootReady`'s
+   *  last checks) lets the root be readied for the container while those go on. */
+  private async startBox(box: BoxRecord, opts: StartOptions): Promise<string> {
     try {
       return await this.startNow(box, opts);
     } catch (e) {
@@ -127,7 +135,7 @@ export class BoxSteps implements BoxHost {
     }
   }
 
-  private async startNow(box: BoxRecord, opts: { recordAddress?: boolean; rootReady?: Promise<void>; netnsReady?: Promise<void> }): Promise<string> {
+  private async startNow(box: BoxRecord, opts: StartOptions): Promise<string> {
     const rootMade = opts.rootReady ?? Promise.resolve();
     // Every await before the last Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
@@ -147,9 +155,11 @@ export class BoxSteps implements BoxHost {
     // range, its mount made nosuid,nodev, the volumes' likewise) while the runtime writes the
     // container's bundle.
     const rootReady = (async () => {
-      await rootMade;
+      await (opts.rootMade ?? rootMade);
       await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
-      await this.d.storage.prepareBoxRoot(box.id, idMap);
+      const real = await this.d.storage.prepareBoxRoot(box.id, idMap);
+      await rootMade;
+      return real;
     })();
     rootReady.catch(noop); // the runtime's start throws it
     const spec: ContainerSpec = {
@@ -163,6 +173,8 @@ export class BoxSteps implements BoxHost {
       mounts: volumes.map(({ source, destination, readOnly }) => ({ source, destination, readOnly })),
       idMap,
       rootReady,
+      // A create's root is mounted where its clone puts it: the bundle is written meanwhile.
+      expectedRootfs: opts.rootMade ? this.d.storage.boxRootMount(box.id, idMap) : undefined,
     };
     const started = (async () => {
       await this.d.runtime.start(spec);

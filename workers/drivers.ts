@@ -85,13 +85,17 @@ export interface StorageDriver {
   createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string>;
   /** The mounted directory of a box root (need not exist). */
   boxRootPath(boxId: string): string;
+  /** Where a root made now in `idMap`'s range is mounted (`boxRootPath` may be a link to it; a
+   *  root of an older layout may be mounted elsewhere until its next start). */
+  boxRootMount(boxId: string, idMap: IdMap): string;
   hasBoxRoot(boxId: string): Promise<boolean>;
   /**
    * Readies an existing root for a start in `idMap`: a root made before user namespaces (no
    * `boxhost:idmap`) has its files shifted into the range in place, once; its mount is made
-   * nosuid,nodev where the storage did not. Cheap for a root already in the range.
+   * nosuid,nodev where the storage did not. Cheap for a root already in the range. Answers the
+   * directory the root is mounted at (no symlink on the way: what a container's root must be).
    */
-  prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void>;
+  prepareBoxRoot(boxId: string, idMap: IdMap): Promise<string>;
   /** Destroys a box root and its snapshots. Forks made from it keep working (their origin is
    *  promoted away first). Idempotent. */
   destroyBoxRoot(boxId: string): Promise<void>;
@@ -232,8 +236,13 @@ export interface ContainerSpec {
   idMap?: IdMap;
   /** The root (and the volumes) being readied, by a create's clone or the start itself: what
    *  the start needs them not for (the bundle) is done meanwhile, and the container is made
-   *  only once it resolves. Its rejection fails the start with nothing run. */
+   *  only once it resolves. Its rejection fails the start with nothing run. It may resolve to
+   *  the root's real directory (`prepareBoxRoot`'s answer), which the start then takes for
+   *  `rootfs` without asking the filesystem to resolve it. */
   rootReady?: Promise<unknown>;
+  /** Where a root still being made (a create's) will be mounted: the container's config is
+   *  written for it meanwhile, and again if `rootReady` names another directory. */
+  expectedRootfs?: string;
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'stopped';

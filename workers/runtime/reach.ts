@@ -13,6 +13,8 @@ import path from 'node:path';
 export class HostPaths {
   /** Directories already looked at in this process: a start pays nothing after the first. */
   private readonly seen = new Set<string>();
+  /** Directories a range enters as their owner or group, per range (`<host id>:<dir>`). */
+  private readonly seenByRange = new Set<string>();
   private queue: Promise<void> = Promise.resolve();
 
   /** Makes every target reachable; one call at a time, so that no call takes away what
@@ -32,10 +34,15 @@ export class HostPaths {
       for (let i = 0; i <= parts.length; i++) needed.add(`/${parts.slice(0, i).join('/')}`);
     }
     for (const dir of [...needed].sort()) {
-      if (this.seen.has(dir) || targets.includes(dir)) continue;
+      if (this.seen.has(dir) || targets.includes(dir) || this.seenByRange.has(`${hostId}:${dir}`)) continue;
       const st = await fs.promises.stat(dir);
       const ranges = hostId !== undefined && ((st.uid === hostId && st.mode & 0o100) || (st.gid === hostId && st.mode & 0o010));
-      if (ranges) continue;
+      // Reachable for that range (its own directory, which the storage keeps so at every
+      // create: workers/storage/rangeDirs.ts), and looked at no more for it.
+      if (ranges) {
+        this.seenByRange.add(`${hostId}:${dir}`);
+        continue;
+      }
       // A range's own directory that lost its group's traversal gets it back, never everyone's.
       if (hostId !== undefined && st.isDirectory() && st.uid === 0 && st.gid === hostId) {
         await fs.promises.chmod(dir, (st.mode & 0o7777) | 0o010);

@@ -243,7 +243,10 @@ export class RuncRuntime implements RuntimeDriver {
     // (One that is not there is runc's to refuse, with its reason.) A root still being made (a
     // create) is waited for here only: the bundle is made meanwhile.
     const rootfs = (async () => {
-      await spec.rootReady;
+      // The storage's answer, when it gives one, is the real directory (a realpath through the
+      // pool's FUSE mount costs ≈1 ms on a create's path).
+      const ready = await spec.rootReady;
+      if (typeof ready === 'string' && path.isAbsolute(ready)) return ready;
       return fs.promises.realpath(path.resolve(spec.rootfs)).catch(() => path.resolve(spec.rootfs));
     })();
     const bundleMade = (async () => {
@@ -266,10 +269,8 @@ export class RuncRuntime implements RuntimeDriver {
         writeFileNoFollow(path.join(bundle, 'boxes-env'), renderBoxesEnv(spec.environment)),
       ]);
     })();
-    // Both settled before either's failure is thrown: nothing of this start goes on behind it.
-    const [realRoot] = await allSettledOrThrow([rootfs, bundleMade] as const);
-    const config = buildOciSpec({
-      rootfs: realRoot,
+    const configFor = (root: string) => buildOciSpec({
+      rootfs: root,
       hostname: spec.hostname,
       netnsPath: spec.netnsPath,
       cgroupsPath: this.cgroupsPath(spec.boxId),
@@ -292,12 +293,19 @@ export class RuncRuntime implements RuntimeDriver {
       usernsPath: idMap ? this.namespaces.usernsPath(cid) : undefined,
       annotations: { 'boxhost.box-id': spec.boxId, 'boxhost.host-tag': this.hostTag },
     });
+    const configFile = path.join(bundle, 'config.json');
+    // The last start's logs go only once the root is there: a start that fails before keeps them
+    // (earlier versions gave PID 1 this file for stdio, without bound). A create's root is not
+    // there yet, and its box had no start whose logs a failure would show: its bundle is
+    // written while the root is made, for where the root will be.
+    const dropLogs = () => Promise.all([fs.promises.rm(path.join(bundle, 'container.log'), { force: true }), fs.promises.rm(path.join(bundle, 'runc.log'), { force: true })]);
+    const expected = spec.expectedRootfs;
+    const early = expected ? bundleMade.then(() => Promise.all([writeJsonAtomic(configFile, configFor(expected)), dropLogs()])) : Promise.resolve();
+    // All settled before a failure is thrown: nothing of this start goes on behind it.
+    const [realRoot] = await allSettledOrThrow([rootfs, bundleMade, early] as const);
     await Promise.all([
-      writeJsonAtomic(path.join(bundle, 'config.json'), config),
-      // The last start's logs go only now, the root there: a start that fails before keeps them.
-      // Earlier versions gave PID 1 this file for stdio, without bound.
-      fs.promises.rm(path.join(bundle, 'container.log'), { force: true }),
-      fs.promises.rm(path.join(bundle, 'runc.log'), { force: true }),
+      realRoot !== expected ? writeJsonAtomic(configFile, configFor(realRoot)) : null,
+      expected ? null : dropLogs(),
       // Root in the box (the container init, as it mounts) walks to the bundle's files and the
       // root: the paths down to them are opened for traversal only.
       idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [realRoot, bundle, this.boxd] : [realRoot, bundle], idMap.hostId) : null,

@@ -174,9 +174,14 @@ export class MockStorage extends WithFaults<Method> implements StorageDriver {
   }
 
   /** A mock root is always in its range already: nothing to ready. */
-  async prepareBoxRoot(boxId: string): Promise<void> {
+  async prepareBoxRoot(boxId: string): Promise<string> {
     this.fault('prepareBoxRoot');
     if (!this.roots.has(boxId)) throw new Error(`box root ${boxId} does not exist`);
+    return this.boxRootPath(boxId);
+  }
+
+  boxRootMount(boxId: string): string {
+    return this.boxRootPath(boxId);
   }
 
   boxRootPath(boxId: string): string {

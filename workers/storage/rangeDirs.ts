@@ -21,7 +21,20 @@ import { ownDir } from '../hostDirs';
 export const RANGES_DIR = 'by-range';
 
 export class RangeDirs {
+  /** Ranges whose directories this process has made or found as they must be (until `forget`). */
+  private readonly ensured = new Set<number>();
+
   constructor(private readonly mountRoot: () => string) {}
+
+  /** Whether `ensure` has succeeded for this range in this process (since the last `forget`). */
+  known(idMap: IdMap): boolean {
+    return this.ensured.has(idMap.hostId);
+  }
+
+  /** After a restart of the storage daemon: every range is looked at again before its next clone. */
+  forget(): void {
+    this.ensured.clear();
+  }
 
   /**
    * The directory of `idMap`'s range: made, and made `root:<range>` 0750, before anything is
@@ -32,12 +45,18 @@ export class RangeDirs {
    */
   async ensure(idMap: IdMap): Promise<string> {
     const dir = path.join(this.mountRoot(), RANGES_DIR, String(idMap.hostId));
-    await fs.promises.mkdir(path.join(dir, 'boxes'), { recursive: true, mode: 0o700 });
-    await Promise.all([
-      ownDir(path.dirname(dir), 0, 0, 0o711),
-      ownDir(dir, 0, idMap.hostId, 0o750),
-      ownDir(path.join(dir, 'boxes'), 0, 0, 0o755),
-    ]);
+    try {
+      await fs.promises.mkdir(path.join(dir, 'boxes'), { recursive: true, mode: 0o700 });
+      await Promise.all([
+        ownDir(path.dirname(dir), 0, 0, 0o711),
+        ownDir(dir, 0, idMap.hostId, 0o750),
+        ownDir(path.join(dir, 'boxes'), 0, 0, 0o755),
+      ]);
+    } catch (e) {
+      this.ensured.delete(idMap.hostId);
+      throw e;
+    }
+    this.ensured.add(idMap.hostId);
     return dir;
   }
 

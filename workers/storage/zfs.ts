@@ -179,9 +179,13 @@ export class ZfsStorage implements StorageDriver {
   createBoxRoot(boxId: string, source: RootSource, storageGb?: number, idMap?: IdMap): Promise<string> {
     return this.roots.createBoxRoot(boxId, source, storageGb, idMap);
   }
-  prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void> {
+  prepareBoxRoot(boxId: string, idMap: IdMap): Promise<string> {
     return this.roots.prepareBoxRoot(boxId, idMap);
   }
+  boxRootMount(boxId: string, idMap: IdMap): string {
+    return this.roots.boxRootMount(boxId, idMap);
+  }
+
   boxRootPath(boxId: string): string {
     return this.roots.boxRootPath(boxId);
   }

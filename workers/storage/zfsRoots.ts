@@ -7,6 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, type RunResult } from '../../core/command';
+import { allSettledOrThrow } from '../../core/promises';
 import { shiftTree } from '../bases/idShift';
 import type { IdMap, RootSource } from '../drivers';
 import { BASE_SNAPSHOT, checkComponent, checkUserSnapshot, IDMAP_PROP, INTERNAL, isExists, isMissing, lines, noop, quotaArg, snapName } from './zfsCommon';
@@ -25,7 +26,7 @@ export class ZfsRoots {
   private readonly ranges: RangeDirs;
   /** Roots this process has just cloned from files in their range, mounted behind it: the
    *  range's id, the mount and when, until the first `prepareBoxRoot` (the create's start) takes it. */
-  private readonly fresh = new Map<string, { hostId: number; mount: string; at: number }>();
+  private readonly fresh = new Map<string, { hostId: number; mount: string; at: number; daemon: number | null }>();
 
   constructor(
     private readonly d: ZfsDatasets,
@@ -112,15 +113,21 @@ export class ZfsRoots {
     const args = ['clone'];
     if (storageGb !== undefined) args.push('-o', `refquota=${quotaArg(storageGb)}`, '-o', `quota=${quotaArg(storageGb)}`);
     if (inRange !== null) args.push('-o', `${IDMAP_PROP}=${inRange}`);
-    // Mounted behind its range's directory, made first so that it is never open to others.
+    // Mounted behind its range's directory, made first so that it is never open to others. Its
+    // directories are checked at every create; once this process has found them right, the
+    // check (≈1–3 ms of lookups on the pool's FUSE mount) goes on beside the clone rather than
+    // before it (docs/security.md "Escapes").
     let mountAt: string | undefined;
+    let rangeReady: Promise<unknown> = Promise.resolve();
     if (idMap) {
       mountAt = this.ranges.rootMount(boxId, idMap);
-      await this.ranges.ensure(idMap);
+      const known = this.ranges.known(idMap);
+      rangeReady = this.ranges.ensure(idMap);
+      if (!known) await rangeReady;
       args.push('-o', `mountpoint=${mountAt}`);
     }
     args.push(origin, ds);
-    const r = await this.d.zfs(args, true);
+    const [r] = await allSettledOrThrow([this.d.zfs(args, true), rangeReady] as const);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
     // "successfully created, but not mounted": the clone is there, only the mount failed;
     // "cannot mount …" with the clone there: the clone was made and its mount met another's (an
@@ -129,13 +136,15 @@ export class ZfsRoots {
     const raced = r.exitCode !== 0 && /cannot mount/i.test(r.stderr) && (await this.d.exists(ds));
     if (r.exitCode === 0 || isExists(r.stderr) || /successfully created/i.test(r.stderr) || raced) {
       if (r.exitCode !== 0) await this.d.ensureMounted(ds);
-      // The old path names the root still (a root that existed already may be of the old layout: moved at its start).
-      const real = mountAt && (await this.ranges.link(this.boxRootPath(boxId), mountAt)) ? mountAt : this.boxRootPath(boxId);
-      // Made nosuid,nodev now, beside the box's namespaces, rather than on its start's path.
-      await this.d.mountPrivately(real);
+      // The old path names the root still (a root that existed already may be of the old layout:
+      // moved at its start). Made nosuid,nodev now, beside the box's namespaces, rather than on
+      // its start's path; the link is made meanwhile.
+      const [linked] = await allSettledOrThrow([mountAt ? this.ranges.link(this.boxRootPath(boxId), mountAt) : Promise.resolve(false), mountAt ? this.d.mountPrivately(mountAt) : Promise.resolve()] as const);
+      const real = mountAt && linked ? mountAt : this.boxRootPath(boxId);
+      if (real !== mountAt) await this.d.mountPrivately(real);
       // Cloned just now from files in its range (a base's copy, or a fork of a root or snapshot
       // marked so; one marked `none` is shifted at its first start), behind its range.
-      if (r.exitCode === 0 && idMap && inRange === String(idMap.hostId) && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, mount: real, at: Date.now() });
+      if (r.exitCode === 0 && idMap && inRange === String(idMap.hostId) && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, mount: real, at: Date.now(), daemon: this.d.daemonPid() });
       return this.boxRootPath(boxId);
     }
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
@@ -143,13 +152,17 @@ export class ZfsRoots {
     throw new CommandError([this.d.zfsBin, ...args], r.exitCode, r.stdout, r.stderr);
   }
 
-  async prepareBoxRoot(boxId: string, idMap: IdMap): Promise<void> {
-    // The create's own start, moments after the clone: its files and its place need no second
-    // look (≈5 ms of FUSE lookups on a create's path); its mount's flags are read again (the
-    // mount table, not the daemon): a restart of the daemon in between mounts it anew. Once only.
+  async prepareBoxRoot(boxId: string, idMap: IdMap): Promise<string> {
+    // The create's own start, moments after the clone: its files, its place and its mount's
+    // flags need no second look (≈5 ms of FUSE lookups and a request to the node's helper on a
+    // create's path), unless the storage daemon is another one since (a restart mounts every
+    // dataset anew, without nosuid,nodev). Once only.
     const fresh = this.fresh.get(boxId);
     this.fresh.delete(boxId);
-    if (fresh && fresh.hostId === idMap.hostId && Date.now() - fresh.at < FRESH_ROOT_MS) return this.d.mountPrivately(fresh.mount);
+    if (fresh && fresh.hostId === idMap.hostId && Date.now() - fresh.at < FRESH_ROOT_MS) {
+      if (fresh.daemon !== this.d.daemonPid()) await this.d.mountPrivately(fresh.mount);
+      return fresh.mount;
+    }
     const dir = this.boxRootPath(boxId);
     // A mounted root whose top directory the range's root owns was made in the range: no ZFS
     // command needed (the property decides only when this says otherwise).
@@ -157,6 +170,7 @@ export class ZfsRoots {
     if (st?.uid !== idMap.hostId) await this.shiftIntoRange(boxId, idMap);
     const pl = await this.placeBehindRange(boxId, idMap);
     await this.d.mountPrivately(pl);
+    return pl;
   }
 
   /**
@@ -220,6 +234,10 @@ export class ZfsRoots {
     return path.join(this.d.mountRoot(), 'boxes', boxId);
   }
 
+  boxRootMount(boxId: string, idMap: IdMap): string {
+    return this.ranges.rootMount(boxId, idMap);
+  }
+
   async hasBoxRoot(boxId: string): Promise<boolean> {
     return this.d.exists(this.d.boxDataset(boxId));
   }
@@ -227,6 +245,7 @@ export class ZfsRoots {
   /** After a restart of the daemon: every root was mounted again, so none counts as fresh. */
   forget(): void {
     this.fresh.clear();
+    this.ranges.forget();
   }
 
   async destroyBoxRoot(boxId: string): Promise<void> {
