@@ -16,6 +16,16 @@ func TestMountOptionsAt(t *testing.T) {
 	if got := mountOptionsAt(info, "/var/tmp/pool/by-range/100000/boxes"); got != nil {
 		t.Fatalf("a directory that is no mount point: %v", got)
 	}
+	// Fields are split at spaces only: a no-break space (U+00A0), which the kernel does not
+	// escape, stays inside its field.
+	nbsp := []byte("93 29 0:47 / /var/tmp/a\u00a0b rw,relatime shared:52 - fuse zfs rw\n" +
+		"94 29 0:48 /x\u00a0/y,nosuid,nodev /var/tmp/c rw,relatime shared:53 - fuse zfs rw\n")
+	if got := mountOptionsAt(nbsp, "/var/tmp/a\u00a0b"); got == nil || got["nosuid"] {
+		t.Fatalf("a mount point with a no-break space: %v", got)
+	}
+	if got := mountOptionsAt(nbsp, "/var/tmp/c"); got == nil || got["nosuid"] || got["nodev"] {
+		t.Fatalf("a root field with a no-break space shifts no field: %v", got)
+	}
 	if got := mountOptionsAt(info, "/"); got != nil {
 		t.Fatalf("a root field is not the mount point: %v", got)
 	}

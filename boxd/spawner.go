@@ -380,7 +380,9 @@ func makePrivate(path string) (string, error) {
 func mountOptionsAt(info []byte, path string) map[string]bool {
 	var found map[string]bool
 	for _, line := range strings.Split(string(info), "\n") {
-		f := strings.Fields(line)
+		// Fields are separated by single spaces (the kernel escapes those in a field); not
+		// strings.Fields, which also splits at U+0085 and U+00A0.
+		f := strings.Split(line, " ")
 		if len(f) < 6 || unescapeMountinfo(f[4]) != path {
 			continue
 		}

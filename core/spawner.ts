@@ -346,10 +346,6 @@ export async function remountPrivate(path: string, options: Iterable<string>): P
   return (await helperOp({ op: 'remount-private', path, keep })) === null ? null : true;
 }
 
-/** Whether a helper of this build was found without `make-private` (a binary older than the
- *  node's code, until it is built again): asked no more. */
-let noMakePrivate = false;
-
 /**
  * Makes the mount at `path` nosuid,nodev unless it is already, in one request: the helper reads
  * the mount table (its own /proc/self/mountinfo, the node's mount namespace) and remounts,
@@ -358,17 +354,14 @@ let noMakePrivate = false;
  * the op (the caller reads the table itself then).
  */
 export async function makePrivate(path: string): Promise<'none' | 'private' | 'remounted' | null> {
-  if (noMakePrivate) return null;
   try {
     const out = await helperOp({ op: 'make-private', path });
     if (out === null) return null;
     if (out === 'none' || out === 'private' || out === 'remounted') return out;
     throw new Error(`the spawner answered make-private with ${JSON.stringify(out.slice(0, 40))}`);
   } catch (e) {
-    if (/unknown op/.test((e as Error).message)) {
-      noMakePrivate = true;
-      return null;
-    }
+    // A helper binary older than the node's code (`npm run build` makes both): the caller's way.
+    if (/unknown op/.test((e as Error).message)) return null;
     throw e;
   }
 }

@@ -420,19 +420,44 @@ t.test('id ranges: base copies shifted once per range, forks stay in theirs, bas
     t.match(mountOptions(fs.realpathSync(storage.boxRootPath(id))), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, `${id}: mounted nosuid,nodev once ready to start`);
   }
   // A create's start takes its fresh root as the clone left it (nosuid,nodev, where it is
-  // mounted), unless the storage daemon is another one since: a restart mounts every dataset anew.
+  // mounted), unless the storage daemon is another one than before the clone: a restart mounts
+  // every dataset anew.
+  const kit = (storage as any).datasets;
+  const privately = kit.mountPrivately.bind(kit);
+  let remounts = 0;
+  kit.mountPrivately = (dir: string) => {
+    remounts++;
+    return privately(dir);
+  };
   const realB = fs.realpathSync(storage.boxRootPath('bidsb'));
   t.match(mountOptions(realB), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, 'a root is mounted nosuid,nodev as soon as it is made');
-  await run(['mount', '-o', 'remount,bind,suid,dev', realB]); // as a new daemon's mount would be
-  t.notMatch(mountOptions(realB), /\bnosuid\b/, 'control: remounted without nosuid');
-  const kit = (storage as any).datasets;
-  kit.daemonPid = () => 4194304; // another daemon (no pid of this host)
+  remounts = 0;
+  t.equal(await storage.prepareBoxRoot('bidsb', p1), realB, "a fresh root's first start: its real mount is the answer");
+  t.equal(remounts, 0, 'the same daemon: its mount is not looked at again');
+  // A daemon restarted while the clone ran (its pid read before the clone, and again at the start).
+  const realZfs = kit.zfs.bind(kit);
+  let restarted = false;
+  kit.daemonPid = () => (restarted ? 4194304 : 4194303);
+  kit.zfs = async (args: string[], allowFailure?: boolean) => {
+    const r = await realZfs(args, allowFailure);
+    if (args[0] === 'clone') restarted = true;
+    return r;
+  };
   try {
-    t.equal(await storage.prepareBoxRoot('bidsb', p1), realB, 'ready: its real mount is the answer');
+    await storage.createBoxRoot('bidse', { kind: 'base', base }, 1, p1);
+    const realE = fs.realpathSync(storage.boxRootPath('bidse'));
+    await run(['mount', '-o', 'remount,bind,suid,dev', realE]); // as the new daemon's mount would be
+    t.notMatch(mountOptions(realE), /\bnosuid\b/, 'control: remounted without nosuid');
+    remounts = 0;
+    t.equal(await storage.prepareBoxRoot('bidse', p1), realE, 'ready: its real mount is the answer');
+    t.equal(remounts, 1, 'the daemon changed after the clone began: the mount is looked at again');
+    t.match(mountOptions(realE), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, 'and made nosuid,nodev again');
   } finally {
     delete kit.daemonPid;
+    delete kit.zfs;
+    delete kit.mountPrivately;
   }
-  t.match(mountOptions(realB), /\bnosuid\b.*\bnodev\b|\bnodev\b.*\bnosuid\b/, 'the daemon was another one: the mount is made nosuid,nodev again');
+  await storage.destroyBoxRoot('bidse');
   const fork = await storage.createBoxRoot('bidsf', { kind: 'box', boxId: 'bidsa' }, 1, p1);
   t.same(owner(path.join(fork, 'f')), [p1.hostId, p1.hostId], 'a fork is in its source range as cloned');
   t.equal(await zfsValue(`${pool}/boxes/bidsf`, 'boxhost:idmap'), String(p1.hostId));

@@ -136,7 +136,8 @@ export class BoxSteps implements BoxHost {
   }
 
   private async startNow(box: BoxRecord, opts: StartOptions): Promise<string> {
-    const rootMade = opts.rootReady ?? Promise.resolve();
+    // The root there and (a create's) still wanted; `opts.rootMade`: there, the clone alone.
+    const rootWanted = opts.rootReady ?? Promise.resolve();
     // Every await before the last Promise.all: a start that fails fast must already have its handler.
     const net = await this.projectNetwork(box.project);
     const idMap = projectIdMap(net.index);
@@ -155,10 +156,13 @@ export class BoxSteps implements BoxHost {
     // range, its mount made nosuid,nodev, the volumes' likewise) while the runtime writes the
     // container's bundle.
     const rootReady = (async () => {
-      await (opts.rootMade ?? rootMade);
-      await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
-      const real = await this.d.storage.prepareBoxRoot(box.id, idMap);
-      await rootMade;
+      const prepared = (async () => {
+        await (opts.rootMade ?? rootWanted);
+        await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
+        return this.d.storage.prepareBoxRoot(box.id, idMap);
+      })();
+      // A box no longer wanted is that, whatever its readying met meanwhile.
+      const [, real] = await allSettledOrThrow([rootWanted, prepared] as const);
       return real;
     })();
     rootReady.catch(noop); // the runtime's start throws it
@@ -181,7 +185,7 @@ export class BoxSteps implements BoxHost {
       crashPoint('start:container'); // the network may be half wired beside it
     })();
     // Wired once the root is there (a create's root that failed leaves no lease behind).
-    const attached = rootMade.then(() => this.d.network.attach(box.id, net, { loopbackUp }));
+    const attached = rootWanted.then(() => this.d.network.attach(box.id, net, { loopbackUp }));
     // The root's readying too: the runtime's start may fail before it waits for it.
     const [, attachment] = await allSettledOrThrow([started, attached, rootReady] as const);
     if (opts.recordAddress !== false && box.address !== attachment.address) await boxesRepo.update(this.d.db, box.id, { address: attachment.address });

@@ -296,8 +296,8 @@ export class RuncRuntime implements RuntimeDriver {
     const configFile = path.join(bundle, 'config.json');
     // The last start's logs go only once the root is there: a start that fails before keeps them
     // (earlier versions gave PID 1 this file for stdio, without bound). A create's root is not
-    // there yet, and its box had no start whose logs a failure would show: its bundle is
-    // written while the root is made, for where the root will be.
+    // there yet: its bundle is written while the root is made, for where the root will be, and
+    // the logs go then (a retried create's earlier attempt was reported when it failed).
     const dropLogs = () => Promise.all([fs.promises.rm(path.join(bundle, 'container.log'), { force: true }), fs.promises.rm(path.join(bundle, 'runc.log'), { force: true })]);
     const expected = spec.expectedRootfs;
     const early = expected ? bundleMade.then(() => Promise.all([writeJsonAtomic(configFile, configFor(expected)), dropLogs()])) : Promise.resolve();

@@ -143,8 +143,11 @@ export class ZfsStorage implements StorageDriver {
   }
   /** Destroys the loop-file pool this driver made and removes its image (tests, cleanup).
    *  Refuses a configured pool. */
-  destroyPool(): Promise<void> {
-    return this.poolPart.destroyPool();
+  async destroyPool(): Promise<void> {
+    // A pool made again in this process has none of the old one's ranges or fresh roots.
+    this.bases.forget();
+    this.roots.forget();
+    await this.poolPart.destroyPool();
   }
 
   // ---------------------------------------------------------------- bases

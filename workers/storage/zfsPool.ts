@@ -101,7 +101,9 @@ export class ZfsPool {
     await this.ensureLayout();
     const mp = await this.d.prop(this.root, 'mountpoint');
     if (!path.isAbsolute(mp)) throw new Error(`dataset ${this.root} has mountpoint ${mp}; boxhost needs a mounted directory`);
-    this.d.setMountRoot(mp);
+    // Resolved: the mount table, and runc (which takes no symlink on a root's path), name
+    // mounts by their real path; a data dir reached through a symlink must not change that.
+    this.d.setMountRoot(await fs.promises.realpath(mp).catch(() => mp));
   }
 
   async health(): Promise<void> {

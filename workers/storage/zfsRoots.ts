@@ -127,6 +127,9 @@ export class ZfsRoots {
       args.push('-o', `mountpoint=${mountAt}`);
     }
     args.push(origin, ds);
+    // The daemon that mounts the clone: read before it, so that a restart from here on (which
+    // mounts it anew, without nosuid,nodev) shows as another pid at the create's start.
+    const daemon = this.d.daemonPid();
     const [r] = await allSettledOrThrow([this.d.zfs(args, true), rangeReady] as const);
     // "already exists": an earlier attempt made it (an existing root is kept as it is);
     // "successfully created, but not mounted": the clone is there, only the mount failed;
@@ -144,7 +147,7 @@ export class ZfsRoots {
       if (real !== mountAt) await this.d.mountPrivately(real);
       // Cloned just now from files in its range (a base's copy, or a fork of a root or snapshot
       // marked so; one marked `none` is shifted at its first start), behind its range.
-      if (r.exitCode === 0 && idMap && inRange === String(idMap.hostId) && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, mount: real, at: Date.now(), daemon: this.d.daemonPid() });
+      if (r.exitCode === 0 && idMap && inRange === String(idMap.hostId) && real === mountAt) this.fresh.set(boxId, { hostId: idMap.hostId, mount: real, at: Date.now(), daemon });
       return this.boxRootPath(boxId);
     }
     if (madeForkSnapshot) await this.dropIfUnused(origin).catch(noop);
