@@ -95,3 +95,32 @@ t.test('queries awaited one after another let the loop turn', async (t) => {
   t.ok(n > 100, `${n} queries in 300 ms`);
   t.ok(turned >= 5, `a 1 ms timer fired ${turned} times meanwhile`);
 });
+
+t.test('a statement is compiled once per SQL text, and still answers after the schema changes', async (t) => {
+  await migrate(a);
+  await a.schema.createTable('stmt_cache_probe', (tb) => tb.string('k'));
+  const conn = await (a.client as any).acquireConnection();
+  // What the driver's prepare hands knex, query by query.
+  const driverPrepare = conn.prepare;
+  const handed: unknown[] = [];
+  conn.prepare = function (sql: string) {
+    const st = driverPrepare.call(this, sql);
+    handed.push(st);
+    return st;
+  };
+  await a.client.releaseConnection(conn);
+  try {
+    await a('stmt_cache_probe').insert({ k: 'one' });
+    handed.length = 0;
+    for (let i = 0; i < 5; i++) t.same(await a('stmt_cache_probe').select('*').orderBy('k'), [{ k: 'one' }], `read ${i + 1}`);
+    t.equal(handed.length, 5, 'five queries, five statements asked for');
+    t.equal(new Set(handed).size, 1, 'one statement, compiled once, for the five');
+    await a('stmt_cache_probe').where({ k: 'two' }).first();
+    t.not(handed[5], handed[0], 'another text, another statement');
+    await a.schema.alterTable('stmt_cache_probe', (tb) => tb.string('extra').defaultTo('x'));
+    t.same(await a('stmt_cache_probe').select('*').orderBy('k'), [{ k: 'one', extra: 'x' }], 'the kept statement sees the new column');
+  } finally {
+    conn.prepare = driverPrepare;
+    await a.schema.dropTableIfExists('stmt_cache_probe');
+  }
+});
