@@ -170,6 +170,43 @@ t.test('on a real host', async (t) => {
     t.equal((await host.call('GET', `${F}/stat?${q('/data/in')}`)).status, 404, 'gone');
   });
 
+  t.test("a read's connection to boxd holds up to 4 MiB in flight (boxd's send buffer)", async (t) => {
+    await host.call('PUT', `${F}?${q('/root/window.bin')}`, { raw: crypto.randomBytes(16 << 20), contentType: 'application/octet-stream' });
+    const runtime = host.node!.ctx.runtime as RuncRuntime;
+    const fId = (await host.call('GET', `${P}/f`)).body.id as string;
+    const boxd = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(fId)])).stdout).pid as number;
+    // Each of boxd's unix sockets, listening one included (seen from the host: the node made it)
+    // with its send buffer (`tb`) and what waits in it (`t`).
+    const sockets = async () =>
+      (await run(['ss', '-xampH'])).stdout
+        .split('\n')
+        .filter((l) => l.includes(`pid=${boxd},`))
+        .map((l) => ({ tb: Number(/\btb(\d+)/.exec(l)?.[1] ?? 0), queued: Number(/\bt(\d+),tb/.exec(l)?.[1] ?? 0) }));
+    // The kernel doubles what is asked (2 MiB) and caps it at net.core.wmem_max.
+    const want = 2 * Math.min(2 << 20, Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8')));
+    const before = await sockets();
+    t.ok(before.length > 0, `control: boxd's sockets are seen (${before.length})`);
+    t.ok(before.every((x) => x.tb < want), `control: none holds ${want} bytes before a read (${before.map((x) => x.tb).join(', ')})`);
+    // A download whose client reads nothing: boxd fills what its connection holds.
+    const req = http.get(`${host.url}${F}?${q('/root/window.bin')}`, { headers: { authorization: `Bearer ${host.adminToken}` } });
+    t.teardown(() => req.destroy());
+    await new Promise<void>((resolve, reject) => {
+      req.on('response', (res) => {
+        res.pause();
+        resolve();
+      });
+      req.on('error', reject);
+    });
+    let during: { tb: number; queued: number }[] = [];
+    for (let i = 0; i < 50; i++) {
+      during = await sockets();
+      if (during.some((x) => x.tb === want && x.queued > 0)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    t.ok(during.some((x) => x.tb === want && x.queued > 0), `the read's connection: a send buffer of ${want} bytes, in use (${JSON.stringify(during)})`);
+    req.destroy();
+  });
+
   t.test('what boxd cannot splice is copied: /proc files read whole', async (t) => {
     // A regular file is sent by splice(2) (boxd/splice.go); most of /proc refuses it (EINVAL),
     // and is read into boxd instead. Both are the bytes the box reads itself.
