@@ -43,14 +43,16 @@ const (
 const (
 	fileReadBuf  = 512 << 10
 	fileWriteBuf = 512 << 10
-	// fileSendBuf: the send buffer a read's connection asks for. The kernel doubles it and caps
-	// it at net.core.wmem_max (scripts/install-host.sh raises that to 4 MiB; a default kernel's
-	// 208 KiB would leave the default). Measured: a 256 MiB download through the api 534–671 ms
-	// with the default, 395–511 ms with this (raw cat of the file 250–305 ms; docs/decisions.md
-	// "A read's connection holds 4 MiB in flight").
+	// fileSendBuf: the send buffer a read's connection asks for. The kernel caps the ask at
+	// net.core.wmem_max, then doubles it: 4 MiB in flight where wmem_max is 2 MiB or more
+	// (scripts/install-host.sh makes it so), 416 KiB on a default kernel (208 KiB). Measured: a
+	// 256 MiB download through the api 534–671 ms with the default, 395–511 ms with this (raw cat
+	// of the file 250–305 ms; docs/decisions.md "A read's connection holds 4 MiB in flight").
+	// What waits in it is the box's memory (af_unix charges the sender's cgroup), as the blocks are.
 	fileSendBuf = 2 << 20
 	// relayDepth: one block filled while the other drains. boxd's memory counts in its box's
-	// cgroup: a transfer holds 1 MiB of blocks (an upload 512 KiB more of socket buffer).
+	// cgroup: a transfer holds 1 MiB of blocks (an upload 512 KiB more of socket buffer; a read
+	// up to fileSendBuf's 4 MiB of socket buffer, pages of the box's own cache when spliced).
 	relayDepth = 2
 )
 

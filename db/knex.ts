@@ -120,15 +120,18 @@ export async function migrate(db: Db): Promise<void> {
  *   used again only once its last use ended: knex's dialect runs each to the end with `all` or
  *   `run`, never as an iterator; sqlite compiles one again by itself after a schema change).
  *   knex sets `safeIntegers` on a statement only when a query asks for it, and no query here
- *   does (a kept statement would keep the setting for the later uses of its text).
+ *   does (a kept statement would keep the setting for the later uses of its text). Memory:
+ *   ≈9 KiB a simple statement, a few MiB in all.
  */
 const PREPARED_KEPT = 500;
+const ONCE_ONLY = /^\s*(SAVEPOINT|RELEASE|ROLLBACK\s+TO)\b/i;
 function preparedOnce(conn: any): void {
   beginImmediate(conn);
   const prepare = conn.prepare;
   const kept = new Map<string, unknown>();
   conn.prepare = function (sql: unknown, ...rest: unknown[]) {
-    if (typeof sql !== 'string' || rest.length) return prepare.call(this, sql, ...rest);
+    // Savepoints are named per transaction (`trx12`): their texts never come again.
+    if (typeof sql !== 'string' || rest.length || ONCE_ONLY.test(sql)) return prepare.call(this, sql, ...rest);
     const hit = kept.get(sql);
     if (hit) {
       // Most recently used last: the oldest goes first when the map is full.

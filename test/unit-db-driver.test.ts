@@ -119,6 +119,7 @@ t.test('a statement is compiled once per SQL text, and still answers after the s
     t.not(handed[5], handed[0], 'another text, another statement');
     await a.schema.alterTable('stmt_cache_probe', (tb) => tb.string('extra').defaultTo('x'));
     t.same(await a('stmt_cache_probe').select('*').orderBy('k'), [{ k: 'one', extra: 'x' }], 'the kept statement sees the new column');
+    t.equal(handed.at(-1), handed[0], 'and it is the same statement');
   } finally {
     conn.prepare = driverPrepare;
     await a.schema.dropTableIfExists('stmt_cache_probe');
