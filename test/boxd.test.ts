@@ -114,6 +114,21 @@ t.test('a box with boxd', async (t) => {
     t.notMatch((await ex(['ps', '-o', 'stat'])).stdout, /^\s*Z/m, 'and no zombie');
   });
 
+  t.test('orphans exiting all at once are all reaped (SIGCHLD alone: boxd has no timer)', async (t) => {
+    // 200 orphans (double forks: their parent is gone, so PID 1 inherits them) that exit
+    // together: their SIGCHLDs merge, and each merged delivery must still reap them all.
+    await ex(['sh', '-c', 'for i in $(seq 200); do (sleep 1 &); done']);
+    const orphans = (await ex(['ps', '-o', 'args'])).stdout.split('\n').filter((l) => l.trim() === 'sleep 1').length;
+    t.ok(orphans > 100, `control: the orphans run under PID 1 (${orphans} seen)`);
+    let zombies = -1;
+    for (let i = 0; i < 50 && zombies !== 0; i++) {
+      await sleep(100);
+      const ps = (await ex(['ps', '-o', 'stat,args'])).stdout.split('\n');
+      zombies = ps.filter((l) => /^\s*Z/.test(l)).length + ps.filter((l) => /\ssleep 1$/.test(l)).length;
+    }
+    t.equal(zombies, 0, 'none left, not even a zombie, within 5 s');
+  });
+
   t.test('stdin, early failures and a slow reader', async (t) => {
     // A process that never reads its stdin: 3 MiB queued for it (past the 1 MiB window) do not
     // keep the abort from reaching boxd.
