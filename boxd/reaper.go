@@ -14,10 +14,16 @@ import (
 type Reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
+	sigs    chan os.Signal
 }
 
+// NewReaper subscribes to SIGCHLD at once, before any child can exist: a signal that came
+// before the subscription would be dropped, and with no timer nothing would reap that child
+// (a boot service that exits at once would show running for ever).
 func NewReaper() *Reaper {
-	return &Reaper{waiters: map[int]chan syscall.WaitStatus{}}
+	r := &Reaper{waiters: map[int]chan syscall.WaitStatus{}, sigs: make(chan os.Signal, 128)}
+	signal.Notify(r.sigs, syscall.SIGCHLD)
+	return r
 }
 
 // Start runs start (which forks) and registers the child's pid; the channel gets its status.
@@ -43,16 +49,15 @@ func (r *Reaper) Start(start func() (int, error)) (int, <-chan syscall.WaitStatu
 	return pid, ch, nil
 }
 
-// Run reaps on every SIGCHLD. A SIGCHLD merged with another (the kernel's pending signal, the
-// runtime's, or a full channel) loses no child: each delivery is followed by a reapAll that
-// waits for every zombie there is, and a child that exits after a delivery raises a new
-// signal. No timer: a second's tick woke every idle boxd (≈9 context switches a second each,
-// 0.29 ms of CPU a second per box on the host; ≈1 and 0.03 ms without, docs/decisions.md
-// "What a node does per box, at scale").
+// Run reaps once, then on every SIGCHLD. Once subscribed (NewReaper), a SIGCHLD merged with
+// another (the kernel's pending signal, the runtime's, or a full channel) loses no child: each
+// delivery is followed by a reapAll that waits for every zombie there is, and a child that
+// exits after a delivery raises a new signal. No timer: a second's tick woke every idle boxd
+// (≈9 context switches a second each, 0.29 ms of CPU a second per box on the host; ≈1 and
+// 0.03 ms without, docs/decisions.md "What a node does per box, at scale").
 func (r *Reaper) Run() {
-	sigs := make(chan os.Signal, 128)
-	signal.Notify(sigs, syscall.SIGCHLD)
-	for range sigs {
+	r.reapAll()
+	for range r.sigs {
 		r.reapAll()
 	}
 }
