@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import knex, { Knex } from 'knex';
 import type { Config } from '../core/config';
+import { isBusy } from './errors';
 import { migrations } from './migrations';
 
 export type Db = Knex;
@@ -51,7 +52,6 @@ const BUSY_BACKOFF_MS = [1, 2, 4, 8, 16, 25];
 /** How long queries that follow one another with nothing else awaited may hold the event loop. */
 const TURN_MS = 20;
 
-const isBusy = (e: unknown) => /^SQLITE_BUSY/.test(String((e as { code?: unknown })?.code ?? ''));
 
 // knex's own better-sqlite3 dialect (no typings of its own: knex takes a client class).
 const BetterSqlite3Client: new (config: Knex.Config) => { _query(connection: unknown, obj: unknown): Promise<unknown> } = require('knex/lib/dialects/better-sqlite3');
@@ -125,8 +125,8 @@ export async function migrate(db: Db): Promise<void> {
  */
 const PREPARED_KEPT = 500;
 const ONCE_ONLY = /^\s*(SAVEPOINT|RELEASE|ROLLBACK\s+TO)\b/i;
+const PLAIN_BEGIN = /^\s*BEGIN\s*(TRANSACTION)?\s*;?\s*$/i;
 function preparedOnce(conn: any): void {
-  beginImmediate(conn);
   const prepare = conn.prepare;
   const kept = new Map<string, unknown>();
   conn.prepare = function (sql: unknown, ...rest: unknown[]) {
@@ -139,18 +139,9 @@ function preparedOnce(conn: any): void {
       kept.set(sql, hit);
       return hit;
     }
-    const statement = prepare.call(this, sql);
+    const statement = prepare.call(this, PLAIN_BEGIN.test(sql) ? 'BEGIN IMMEDIATE;' : sql);
     kept.set(sql, statement);
     if (kept.size > PREPARED_KEPT) kept.delete(kept.keys().next().value!);
     return statement;
-  };
-}
-
-/** A plain `BEGIN` becomes `BEGIN IMMEDIATE` (preparedOnce says why). */
-function beginImmediate(conn: any): void {
-  const prepare = conn.prepare;
-  conn.prepare = function (sql: unknown, ...rest: unknown[]) {
-    const text = typeof sql === 'string' && /^\s*BEGIN\s*(TRANSACTION)?\s*;?\s*$/i.test(sql) ? 'BEGIN IMMEDIATE;' : sql;
-    return prepare.call(this, text, ...rest);
   };
 }

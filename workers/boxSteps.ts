@@ -155,16 +155,13 @@ export class BoxSteps implements BoxHost {
     // The root is readied for the container (a root of an older version shifted into the
     // range, its mount made nosuid,nodev, the volumes' likewise) while the runtime writes the
     // container's bundle.
-    const rootReady = (async () => {
-      const prepared = (async () => {
-        await (opts.rootMade ?? rootWanted);
-        await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
-        return this.d.storage.prepareBoxRoot(box.id, idMap);
-      })();
-      // A box no longer wanted is that, whatever its readying met meanwhile.
-      const [, real] = await allSettledOrThrow([rootWanted, prepared] as const);
-      return real;
+    const prepared = (async () => {
+      await (opts.rootMade ?? rootWanted);
+      await Promise.all(volumes.map((m) => this.d.volumes.prepareVolume(m.volumeId, idMap)));
+      return this.d.storage.prepareBoxRoot(box.id, idMap);
     })();
+    // A box no longer wanted is that, whatever its readying met meanwhile.
+    const rootReady = allSettledOrThrow([rootWanted, prepared] as const).then(([, real]) => real);
     rootReady.catch(noop); // the runtime's start throws it
     const spec: ContainerSpec = {
       boxId: box.id,

@@ -1,6 +1,7 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { ValidationError } from 'joi';
 import { QueueUnavailableError } from '../../jobs/queue';
+import { isBusy } from '../../db/errors';
 import { BoxhostError, ErrorCode, ErrorDetail, invalid, notFound, statusOf } from '../../core/errors';
 
 /**
@@ -83,9 +84,9 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   if (err instanceof BoxhostError && err.code !== 'internal' && statusOf(err.code)) error = err;
   else if (fromHttp) error = fromHttp;
   else if (err instanceof ValidationError) error = invalid(err.message);
-  else if (err instanceof QueueUnavailableError || e?.code === 'ECONNREFUSED' || /^SQLITE_BUSY/.test(String(e?.code ?? ''))) {
+  else if (err instanceof QueueUnavailableError || e?.code === 'ECONNREFUSED' || isBusy(err)) {
     // Which service, in plain words; its own text (socket paths, addresses) stays in the log.
-    const which = err instanceof QueueUnavailableError ? 'the job queue' : /^SQLITE_BUSY/.test(String(e?.code ?? '')) ? 'the database' : 'a service the api depends on';
+    const which = err instanceof QueueUnavailableError ? 'the job queue' : isBusy(err) ? 'the database' : 'a service the api depends on';
     req.log?.warn({ err }, 'backing service unavailable');
     error = new BoxhostError('unavailable', `${which} is unavailable; try again shortly (request id ${(req as any).id})`);
   } else {
