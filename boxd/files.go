@@ -376,6 +376,9 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 		}
 		// O_NOFOLLOW|O_EXCL: the temporary name is ours; private until its mode is set at the end.
 		fh, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err == nil {
+			writeDirectOnFuse(fh) // directio.go
+		}
 	})
 	if err != nil {
 		fail(err)
