@@ -252,3 +252,44 @@ t.test('an upload streams to boxd without pausing its body for every piece, and 
   t.type(await call, BoxAgentUnavailableError, 'and the upload fails as the agent gone once boxd is');
   slow.body.destroy();
 });
+
+/** A fake boxd for reads: answers the request with a file's info, then sends `frames` (data
+ *  frames of the given sizes, `gapMs` apart), then the end frame. Returns what it sent. */
+async function readBoxd(frames: number[], gapMs: number): Promise<{ sock: string; sent: Buffer; close: () => void }> {
+  const sent = crypto.randomBytes(frames.reduce((a, b) => a + b, 0));
+  const fake = await fakeBoxd(async (c) => {
+    c.write(encodeFrame(Frame.answer, { name: 'f', type: 'file', size: sent.length, mode: 0o644, mtime: '2026-11-29T00:00:00Z', uid: 0, gid: 0 }));
+    let at = 0;
+    for (const n of frames) {
+      if (gapMs) await new Promise((r) => setTimeout(r, gapMs));
+      const ok = c.write(encodeFrame(Frame.data, sent.subarray(at, at + n)));
+      at += n;
+      if (!ok) await new Promise((r) => c.once('drain', r));
+    }
+    c.end(encodeFrame(Frame.end));
+  });
+  return { ...fake, sent };
+}
+
+t.test("a file read's socket is read in large pieces; a trickle does not pin a large buffer per piece", async (t) => {
+  // In bulk: 16 frames of 512 KiB as fast as the socket takes them.
+  const bulk = await readBoxd(Array(16).fill(512 << 10), 0);
+  const { data } = await new BoxdClient(bulk.sock, 5000).read('/f');
+  const chunks: Buffer[] = [];
+  for await (const c of data) chunks.push(c as Buffer);
+  t.ok(Buffer.concat(chunks).equals(bulk.sent), '8 MiB, byte for byte');
+  const largest = Math.max(...chunks.map((c) => c.length));
+  // Node reads a socket 64 KiB at a time unless told otherwise.
+  t.ok(largest > 64 << 10, `pieces larger than a socket's default 64 KiB read (largest ${largest} bytes, ${chunks.length} pieces)`);
+  bulk.close();
+
+  // A trickle: 20 frames of 1 KiB, 5 ms apart; each piece is its own size, not a 1 MiB buffer's.
+  const slow = await readBoxd(Array(20).fill(1024), 5);
+  const r = await new BoxdClient(slow.sock, 5000).read('/f');
+  const small: Buffer[] = [];
+  for await (const c of r.data) small.push(c as Buffer);
+  t.ok(Buffer.concat(small).equals(slow.sent), '20 KiB, byte for byte');
+  const held = Math.max(...small.map((c) => c.buffer.byteLength));
+  t.ok(held < 64 << 10, `each small piece holds at most ${held} bytes of memory (its own size, or Node's pool)`);
+  slow.close();
+});

@@ -33,6 +33,37 @@ export interface BoxdHello {
 /** What a connection to boxd may hold unsent before its writer waits (a frame's worth). */
 export const SOCKET_WRITE_BUFFER = MAX_FRAME;
 
+/** A file read's socket is read up to LARGE_READ at a time (boxd holds up to 4 MiB in flight on
+ *  it); a read shorter than KEEP_READ is copied out and its buffer used again. */
+const LARGE_READ = 1 << 20;
+const KEEP_READ = 128 << 10;
+
+/**
+ * Reads of a file's stream, up to 1 MiB at a time into buffers of the node's own (net.Socket's
+ * `onread`), where a socket's reads are 64 KiB each: a 256 MiB download took 4096 reads, 4096
+ * stream pushes and 4096 writes to the client's socket, and the node's CPU for it halved with
+ * 1 MiB reads (docs/decisions.md "A file read's socket is read 1 MiB at a time"). A long read
+ * is handed on as is (its buffer goes with it and a new one is taken); a short one (a slow
+ * reader, the tail) is copied out at its size and the buffer kept, so a trickle does not pin
+ * 1 MiB per piece.
+ */
+function largeReadsInto(onChunk: (b: Buffer) => void): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void } {
+  let spare: Buffer | null = null;
+  return {
+    buffer: () => {
+      const b = spare ?? Buffer.allocUnsafeSlow(LARGE_READ);
+      spare = null;
+      return b;
+    },
+    callback: (n, b) => {
+      if (n < KEEP_READ) {
+        spare = b;
+        onChunk(Buffer.from(b.subarray(0, n)));
+      } else onChunk(b.subarray(0, n));
+    },
+  };
+}
+
 /** The node's side of one box's boxd, reached through the socket the node made at start. */
 export class BoxdClient {
   constructor(
@@ -45,21 +76,15 @@ export class BoxdClient {
    * everything that ends the exchange early (a failure frame, a socket error, a close, a frame
    * that breaks the protocol) handed to `fail` as the drivers' error.
    */
-  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = []): net.Socket {
+  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = [], largeReads = false): net.Socket {
     // A write answers "full" once what waits unsent passes the high-water mark, the piece just
     // written included: with Node's 16 KiB default every 64 KiB piece of an upload's body did,
     // and the body paused and resumed once per piece (4097 times for 256 MiB, a second of the
     // node's CPU). At most a frame's worth waits here, per upload (docs/decisions.md "Files at
     // stream speed"); the other requests write one frame and are unchanged by it.
     // (net.Socket hands its options to stream.Duplex; the typings leave the mark out.)
-    const sock = new net.Socket({ writableHighWaterMark: SOCKET_WRITE_BUFFER } as net.SocketConstructorOpts).connect(this.socketPath);
     const decoder = new FrameDecoder({ streamed });
-    let connected = false;
-    sock.write(first); // queued until connected
-    sock.on('connect', () => (connected = true));
-    sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
-    sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of its answer')));
-    sock.on('data', (chunk: Buffer) => {
+    const onChunk = (chunk: Buffer) => {
       try {
         for (const f of decoder.push(chunk)) {
           if (f.type === Frame.error) return fail(failure(frameJson(f), requestOf(first)));
@@ -68,7 +93,16 @@ export class BoxdClient {
       } catch (e) {
         fail(asAgentError(e));
       }
-    });
+    };
+    const opts: Record<string, unknown> = { writableHighWaterMark: SOCKET_WRITE_BUFFER };
+    if (largeReads) opts.onread = largeReadsInto(onChunk);
+    const sock = new net.Socket(opts as net.SocketConstructorOpts).connect(this.socketPath);
+    let connected = false;
+    sock.write(first); // queued until connected
+    sock.on('connect', () => (connected = true));
+    sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
+    sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of its answer')));
+    sock.on('data', onChunk);
     return sock;
   }
 
@@ -194,16 +228,18 @@ export class BoxdClient {
   /** Reads a file: its info once boxd has opened it, then its bytes streamed (back-pressure:
    *  boxd reads on only as fast as `data` is consumed). */
   async read(path: string): Promise<{ info: BoxFileInfo; data: Readable }> {
-    const { head, data } = await this.openStream(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }), fileInfo);
+    // Large reads: a file streams in bulk. (A service's log follow does not: it may idle for
+    // hours, and would hold a buffer of 1 MiB all that while.)
+    const { head, data } = await this.openStream(encodeFrame(Frame.read, { v: BOXD_PROTOCOL, path }), fileInfo, { largeReads: true });
     return { info: head, data };
   }
 
   /**
    * A request answered by a head frame (`answer`, parsed by `parseHead`), then data frames until
    * an end frame; `data` has back-pressure (boxd sends on only as fast as it is consumed), and
-   * destroying it ends the exchange (how a follow stops).
+   * destroying it ends the exchange (how a follow stops). `largeReads`: see largeReadsInto.
    */
-  openStream<T>(first: Buffer, parseHead: (o: Record<string, unknown>) => T): Promise<{ head: T; data: Readable }> {
+  openStream<T>(first: Buffer, parseHead: (o: Record<string, unknown>) => T, opts: { largeReads?: boolean } = {}): Promise<{ head: T; data: Readable }> {
     return new Promise((resolve, reject) => {
       let head: { value: T } | null = null;
       let ended = false;
@@ -239,7 +275,7 @@ export class BoxdClient {
           data.push(null);
           sock.destroy();
         } else throw new BoxdProtocolError(`boxd sent '${f.type}' in a stream`);
-      }, [Frame.data]);
+      }, [Frame.data], opts.largeReads === true);
     });
   }
 
