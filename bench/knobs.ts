@@ -52,7 +52,7 @@ export function readKnobs(): Knobs {
     backupRuns: intEnv('BENCH_BACKUP_RUNS', 3),
     wsExecs: intEnv('BENCH_WS_EXECS', 50),
     fileMb: intEnv('BENCH_FILE_MB', 256),
-    fileRuns: intEnv('BENCH_FILE_RUNS', 3),
+    fileRuns: intEnv('BENCH_FILE_RUNS', 5),
     proxySecs: intEnv('BENCH_PROXY_SECS', 5),
     proxyRounds: intEnv('BENCH_PROXY_ROUNDS', 2),
     proxyConns: intEnv('BENCH_PROXY_CONNECTIONS', 10),

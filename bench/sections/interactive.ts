@@ -27,6 +27,7 @@ export async function interactiveSection(ctx: SectionContext, target: CreateSamp
     http_exec_echo: summaryJson(summarize(inter.httpExec)),
     upload_mb_s: round1(mbps(inter.upload)), raw_upload_mb_s: round1(mbps(inter.rawUpload)),
     download_mb_s: round1(mbps(inter.download)), raw_download_mb_s: round1(mbps(inter.rawDownload)),
+    samples_ms: { upload: inter.upload.map(round1), raw_upload: inter.rawUpload.map(round1), download: inter.download.map(round1), raw_download: inter.rawDownload.map(round1) },
   };
   notes.push(`WebSocket exec: first output byte p50 ${fmtMs(summarize(inter.wsFirstByte).p50)} ms (p95 ${fmtMs(summarize(inter.wsFirstByte).p95)}) beside HTTP exec of the same echo p50 ${fmtMs(summarize(inter.httpExec).p50)} ms (whole answer)`);
   notes.push(`files: upload ${mbps(inter.upload).toFixed(0)} MB/s vs raw ${mbps(inter.rawUpload).toFixed(0)} MB/s (${(mbps(inter.upload) / mbps(inter.rawUpload)).toFixed(2)}×), download ${mbps(inter.download).toFixed(0)} MB/s vs raw ${mbps(inter.rawDownload).toFixed(0)} MB/s (${(mbps(inter.download) / mbps(inter.rawDownload)).toFixed(2)}×); target ≥ 0.5× each way`);
