@@ -5,7 +5,7 @@ package main
 // to the daemon 128 KiB at a time, one request after another; an O_DIRECT write sends the
 // block's own pages, and the kernel keeps several requests of one write in flight when the
 // daemon allows it (async direct I/O). Measured (docs/decisions.md "Uploads to a FUSE root
-// bypass the page cache"): 256 MiB through the api 863 -> 708 ms p50, boxd's CPU 240 -> 170 ms.
+// bypass the page cache"): 256 MiB through the api 906 -> 670 ms p50, boxd's CPU 270 -> 150 ms.
 //
 // Only FUSE: FUSE has no alignment rule for direct I/O, and its page cache sits in front of a
 // daemon with a cache of its own (the ARC). On a kernel filesystem O_DIRECT has rules of its
@@ -21,7 +21,8 @@ const fuseSuperMagic = 0x65735546
 
 // writeDirectOnFuse turns O_DIRECT on for fh when it is a file on a FUSE filesystem; whether
 // it did. Anything that stops it (another filesystem, a kernel that refuses) leaves fh as it
-// was: buffered writes are always right, only slower.
+// was: buffered writes are always right, only slower. A direct write refused later (EINVAL)
+// turns it off again and is written buffered (writeFile).
 func writeDirectOnFuse(fh *os.File) bool {
 	var st syscall.Statfs_t
 	if err := syscall.Fstatfs(int(fh.Fd()), &st); err != nil || uint32(st.Type) != fuseSuperMagic {
@@ -32,6 +33,16 @@ func writeDirectOnFuse(fh *os.File) bool {
 		return false
 	}
 	_, err = fcntl(fh.Fd(), syscall.F_SETFL, fl|syscall.O_DIRECT)
+	return err == nil
+}
+
+// bufferedAgain turns O_DIRECT off for fh (a direct write was refused); whether it did.
+func bufferedAgain(fh *os.File) bool {
+	fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
+	if err != nil {
+		return false
+	}
+	_, err = fcntl(fh.Fd(), syscall.F_SETFL, fl&^syscall.O_DIRECT)
 	return err == nil
 }
 

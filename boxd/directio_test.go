@@ -36,3 +36,31 @@ func TestWriteDirectOnFuseLeavesOtherFilesystemsBuffered(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A direct write refused later turns O_DIRECT off again: bufferedAgain clears the flag.
+func TestBufferedAgainClearsODirect(t *testing.T) {
+	fh, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fcntl(fh.Fd(), syscall.F_SETFL, fl|syscall.O_DIRECT); err != nil {
+		t.Skipf("this filesystem takes no O_DIRECT: %v", err)
+	}
+	if fl, _ = fcntl(fh.Fd(), syscall.F_GETFL, 0); fl&syscall.O_DIRECT == 0 {
+		t.Fatal("control: O_DIRECT did not take")
+	}
+	if !bufferedAgain(fh) {
+		t.Fatal("bufferedAgain failed")
+	}
+	if fl, _ = fcntl(fh.Fd(), syscall.F_GETFL, 0); fl&syscall.O_DIRECT != 0 {
+		t.Fatalf("flags %o still carry O_DIRECT", fl)
+	}
+	if _, err := fh.Write([]byte("odd length")); err != nil {
+		t.Fatal(err)
+	}
+}

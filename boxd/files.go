@@ -361,6 +361,7 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".boxd-"+randomSuffix())
 	var fh *os.File
 	var err error
+	direct := false
 	blocking(func() {
 		if st, e := os.Lstat(p); e == nil && st.Mode().IsRegular() {
 			mode = unixMode(st.Mode())
@@ -377,7 +378,7 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 		// O_NOFOLLOW|O_EXCL: the temporary name is ours; private until its mode is set at the end.
 		fh, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err == nil {
-			writeDirectOnFuse(fh) // directio.go
+			direct = writeDirectOnFuse(fh) // directio.go
 		}
 	})
 	if err != nil {
@@ -435,7 +436,18 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 		}
 		return n, nil
 	}, func(b []byte) (err error) {
-		blocking(func() { _, err = fh.Write(b) })
+		blocking(func() {
+			var n int
+			n, err = fh.Write(b)
+			// A direct write the filesystem refuses (a FUSE daemon passing through to a file
+			// with alignment rules): the rest is written buffered.
+			if err != nil && direct && errors.Is(err, syscall.EINVAL) {
+				direct = false
+				if bufferedAgain(fh) {
+					_, err = fh.Write(b[n:])
+				}
+			}
+		})
 		return err
 	})
 	if writeErr != nil {

@@ -34,18 +34,19 @@ export interface BoxdHello {
 export const SOCKET_WRITE_BUFFER = MAX_FRAME;
 
 /** A file read's socket is read up to LARGE_READ at a time (boxd holds up to 4 MiB in flight on
- *  it); a read shorter than KEEP_READ is copied out and its buffer used again. */
+ *  it); a read shorter than KEEP_READ is copied out and its buffer used again, so a piece
+ *  handed on never holds more than twice its size. */
 const LARGE_READ = 1 << 20;
-const KEEP_READ = 128 << 10;
+const KEEP_READ = LARGE_READ / 2;
 
 /**
  * Reads of a file's stream, up to 1 MiB at a time into buffers of the node's own (net.Socket's
  * `onread`), where a socket's reads are 64 KiB each: a 256 MiB download took 4096 reads, 4096
  * stream pushes and 4096 writes to the client's socket, and the node's CPU for it halved with
- * 1 MiB reads (docs/decisions.md "A file read's socket is read 1 MiB at a time"). A long read
- * is handed on as is (its buffer goes with it and a new one is taken); a short one (a slow
- * reader, the tail) is copied out at its size and the buffer kept, so a trickle does not pin
- * 1 MiB per piece.
+ * 1 MiB reads (docs/decisions.md "A file read's socket is read 1 MiB at a time"). A read of
+ * half a buffer or more is handed on as is (its buffer goes with it and a new one is taken); a
+ * shorter one (a slow reader, the head frame, the tail) is copied out at its size and the
+ * buffer kept, so a trickle does not pin 1 MiB per piece.
  */
 function largeReadsInto(onChunk: (b: Buffer) => void): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void } {
   let spare: Buffer | null = null;
@@ -102,7 +103,7 @@ export class BoxdClient {
     sock.on('connect', () => (connected = true));
     sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
     sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the end of its answer')));
-    sock.on('data', onChunk);
+    sock.on('data', onChunk); // (a socket with `onread` emits no 'data': its callback has them)
     return sock;
   }
 
