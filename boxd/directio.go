@@ -28,21 +28,21 @@ func writeDirectOnFuse(fh *os.File) bool {
 	if err := syscall.Fstatfs(int(fh.Fd()), &st); err != nil || uint32(st.Type) != fuseSuperMagic {
 		return false
 	}
-	fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
-	if err != nil {
-		return false
-	}
-	_, err = fcntl(fh.Fd(), syscall.F_SETFL, fl|syscall.O_DIRECT)
-	return err == nil
+	return setDirect(fh, true)
 }
 
-// bufferedAgain turns O_DIRECT off for fh (a direct write was refused); whether it did.
-func bufferedAgain(fh *os.File) bool {
+// setDirect turns O_DIRECT on or off for fh; whether it did.
+func setDirect(fh *os.File, on bool) bool {
 	fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
 	if err != nil {
 		return false
 	}
-	_, err = fcntl(fh.Fd(), syscall.F_SETFL, fl&^syscall.O_DIRECT)
+	if on {
+		fl |= syscall.O_DIRECT
+	} else {
+		fl &^= syscall.O_DIRECT
+	}
+	_, err = fcntl(fh.Fd(), syscall.F_SETFL, fl)
 	return err == nil
 }
 

@@ -37,27 +37,30 @@ func TestWriteDirectOnFuseLeavesOtherFilesystemsBuffered(t *testing.T) {
 	}
 }
 
-// A direct write refused later turns O_DIRECT off again: bufferedAgain clears the flag.
-func TestBufferedAgainClearsODirect(t *testing.T) {
+// A direct write refused later turns O_DIRECT off again: setDirect takes the flag both ways.
+func TestSetDirectBothWays(t *testing.T) {
 	fh, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
-	if err != nil {
-		t.Fatal(err)
+	flags := func() int {
+		fl, err := fcntl(fh.Fd(), syscall.F_GETFL, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fl
 	}
-	if _, err := fcntl(fh.Fd(), syscall.F_SETFL, fl|syscall.O_DIRECT); err != nil {
-		t.Skipf("this filesystem takes no O_DIRECT: %v", err)
+	if !setDirect(fh, true) {
+		t.Skip("this filesystem takes no O_DIRECT")
 	}
-	if fl, _ = fcntl(fh.Fd(), syscall.F_GETFL, 0); fl&syscall.O_DIRECT == 0 {
-		t.Fatal("control: O_DIRECT did not take")
+	if flags()&syscall.O_DIRECT == 0 {
+		t.Fatal("O_DIRECT did not take")
 	}
-	if !bufferedAgain(fh) {
-		t.Fatal("bufferedAgain failed")
+	if !setDirect(fh, false) {
+		t.Fatal("O_DIRECT could not be turned off")
 	}
-	if fl, _ = fcntl(fh.Fd(), syscall.F_GETFL, 0); fl&syscall.O_DIRECT != 0 {
+	if fl := flags(); fl&syscall.O_DIRECT != 0 {
 		t.Fatalf("flags %o still carry O_DIRECT", fl)
 	}
 	if _, err := fh.Write([]byte("odd length")); err != nil {

@@ -443,7 +443,7 @@ func (s *Server) writeFile(c net.Conn, w *Writer, p string, req *FileRequest) bo
 			// with alignment rules): the rest is written buffered.
 			if err != nil && direct && errors.Is(err, syscall.EINVAL) {
 				direct = false
-				if bufferedAgain(fh) {
+				if setDirect(fh, false) {
 					_, err = fh.Write(b[n:])
 				}
 			}

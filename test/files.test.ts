@@ -64,7 +64,7 @@ t.test('through the node agent: HttpNodeClient ↔ LocalNode, streams and errors
 });
 
 /** Streams `total` bytes of a repeated pattern as an upload, hashing what it sent. */
-function upload(url: string, token: string, total: number): Promise<{ status: number; body: any; sha: string }> {
+async function upload(url: string, token: string, total: number): Promise<{ status: number; body: any; sha: string }> {
   const hash = crypto.createHash('sha256');
   const block = crypto.randomBytes(1 << 20);
   let sent = 0;
@@ -77,13 +77,19 @@ function upload(url: string, token: string, total: number): Promise<{ status: nu
       this.push(b);
     },
   });
+  const r = await putStream(url, token, src);
+  return { ...r, sha: hash.digest('hex') };
+}
+
+/** PUTs `src` as the raw body, streamed; the status and the parsed answer. */
+function putStream(url: string, token: string, src: Readable): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: 'PUT', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' } }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
         const text = Buffer.concat(chunks).toString();
-        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined, sha: hash.digest('hex') });
+        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
       });
     });
     req.on('error', reject);
@@ -142,6 +148,12 @@ t.test('on a real host', async (t) => {
   const F = `${P}/f/files`;
   const q = (p: string) => `path=${encodeURIComponent(p)}`;
   const sh = async (box: string, script: string) => (await host.call('POST', `${P}/${box}/exec`, { body: { command: ['sh', '-c', script] } })).body;
+  /** The host pid of a box's boxd (its PID 1). */
+  const boxdPid = async (box: string): Promise<number> => {
+    const runtime = host.node!.ctx.runtime as RuncRuntime;
+    const id = (await host.call('GET', `${P}/${box}`)).body.id as string;
+    return JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(id)])).stdout).pid as number;
+  };
 
   t.test('a 10 MiB random file round-trips byte for byte; stat, list, mode, delete', async (t) => {
     const data = crypto.randomBytes(10 * 1024 * 1024);
@@ -173,9 +185,7 @@ t.test('on a real host', async (t) => {
   t.test("a read's connection to boxd holds up to 4 MiB in flight (boxd's send buffer)", async (t) => {
     // Larger than what loopback TCP and the api may take in while the client reads nothing.
     await host.call('PUT', `${F}?${q('/root/window.bin')}`, { raw: crypto.randomBytes(64 << 20), contentType: 'application/octet-stream' });
-    const runtime = host.node!.ctx.runtime as RuncRuntime;
-    const fId = (await host.call('GET', `${P}/f`)).body.id as string;
-    const boxd = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(fId)])).stdout).pid as number;
+    const boxd = await boxdPid('f');
     // Each of boxd's unix sockets, listening one included (seen from the host: the node made it)
     // with its send buffer (`tb`) and what waits in it (`t`).
     const sockets = async () =>
@@ -210,9 +220,7 @@ t.test('on a real host', async (t) => {
   });
 
   t.test("an upload to the box's FUSE root is written O_DIRECT, elsewhere buffered; every size round-trips", async (t) => {
-    const runtime = host.node!.ctx.runtime as RuncRuntime;
-    const fId = (await host.call('GET', `${P}/f`)).body.id as string;
-    const boxd = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(fId)])).stdout).pid as number;
+    const boxd = await boxdPid('f');
     // The flags of boxd's open temporary file for `name` (fdinfo, octal), seen from the host
     // while an upload waits half-way: its client sends 1 MiB, then holds the rest back.
     const flagsWhileUploading = async (p: string): Promise<number> => {
@@ -224,14 +232,7 @@ t.test('on a real host', async (t) => {
         await held;
         yield data.subarray(1 << 20);
       })());
-      const put = new Promise<number>((resolve, reject) => {
-        const req = http.request(`${host.url}${F}?${q(p)}`, { method: 'PUT', headers: { authorization: `Bearer ${host.adminToken}`, 'content-type': 'application/octet-stream' } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
-        req.on('error', reject);
-        body.pipe(req);
-      });
+      const put = putStream(`${host.url}${F}?${q(p)}`, host.adminToken, body);
       const tmpName = `.${path.posix.basename(p)}.boxd-`;
       let flags = -1;
       try {
@@ -249,7 +250,7 @@ t.test('on a real host', async (t) => {
       } finally {
         release();
       }
-      t.equal(await put, 200, `${p}: 200 once the rest is sent`);
+      t.equal((await put).status, 200, `${p}: 200 once the rest is sent`);
       const got = await download(`${host.url}${F}?${q(p)}`, host.adminToken);
       t.equal(got.sha, crypto.createHash('sha256').update(data).digest('hex'), `${p}: the same bytes back`);
       return flags;
@@ -382,9 +383,7 @@ t.test('on a real host', async (t) => {
     t.comment(`upload of 1200 MiB until the box was full: API RSS grew ${over.mib.toFixed(0)} MiB at most`);
 
     // boxd, the box's PID 1, seen from the host.
-    const runtime = host.node!.ctx.runtime as RuncRuntime;
-    const fId = (await host.call('GET', `${P}/f`)).body.id as string;
-    const boxd = JSON.parse((await run(['runc', '--root', runtime.root, 'state', runtime.containerId(fId)])).stdout).pid as number;
+    const boxd = await boxdPid('f');
     t.ok(vmRss(boxd) > 0, `control: boxd's memory is readable from the host (pid ${boxd}, ${(vmRss(boxd) / (1 << 20)).toFixed(1)} MiB)`);
     const up = await rssGrowth(() => upload(`${host.url}${F}?${q('/root/big')}`, host.adminToken, 1024 * 1024 * 1024), boxd);
     t.equal(up.out.status, 200, '1 GiB upload: 200');

@@ -75,16 +75,17 @@ export class BoxdClient {
   /**
    * One connection to boxd: `first` sent, every frame boxd sends handed to `onFrame`, and
    * everything that ends the exchange early (a failure frame, a socket error, a close, a frame
-   * that breaks the protocol) handed to `fail` as the drivers' error.
+   * that breaks the protocol) handed to `fail` as the drivers' error. `streamed`: the frame
+   * types handed on in pieces (FrameDecoder); `largeReads`: see largeReadsInto.
    */
-  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, streamed: string[] = [], largeReads = false): net.Socket {
+  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, opts: { streamed?: string[]; largeReads?: boolean } = {}): net.Socket {
     // A write answers "full" once what waits unsent passes the high-water mark, the piece just
     // written included: with Node's 16 KiB default every 64 KiB piece of an upload's body did,
     // and the body paused and resumed once per piece (4097 times for 256 MiB, a second of the
     // node's CPU). At most a frame's worth waits here, per upload (docs/decisions.md "Files at
     // stream speed"); the other requests write one frame and are unchanged by it.
     // (net.Socket hands its options to stream.Duplex; the typings leave the mark out.)
-    const decoder = new FrameDecoder({ streamed });
+    const decoder = new FrameDecoder({ streamed: opts.streamed });
     const onChunk = (chunk: Buffer) => {
       try {
         for (const f of decoder.push(chunk)) {
@@ -95,9 +96,9 @@ export class BoxdClient {
         fail(asAgentError(e));
       }
     };
-    const opts: Record<string, unknown> = { writableHighWaterMark: SOCKET_WRITE_BUFFER };
-    if (largeReads) opts.onread = largeReadsInto(onChunk);
-    const sock = new net.Socket(opts as net.SocketConstructorOpts).connect(this.socketPath);
+    const sockOpts: Record<string, unknown> = { writableHighWaterMark: SOCKET_WRITE_BUFFER };
+    if (opts.largeReads) sockOpts.onread = largeReadsInto(onChunk);
+    const sock = new net.Socket(sockOpts as net.SocketConstructorOpts).connect(this.socketPath);
     let connected = false;
     sock.write(first); // queued until connected
     sock.on('connect', () => (connected = true));
@@ -276,7 +277,7 @@ export class BoxdClient {
           data.push(null);
           sock.destroy();
         } else throw new BoxdProtocolError(`boxd sent '${f.type}' in a stream`);
-      }, [Frame.data], opts.largeReads === true);
+      }, { streamed: [Frame.data], largeReads: opts.largeReads });
     });
   }
 
