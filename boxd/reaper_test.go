@@ -27,7 +27,11 @@ func TestReaperTakesAChildThatEndedBeforeItsLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond) // the child has exited before the loop starts
-		go r.Run()
+		done := make(chan struct{})
+		go func() {
+			r.Run()
+			close(done)
+		}()
 		select {
 		case ws := <-status:
 			if ws.ExitStatus() != 0 {
@@ -36,7 +40,12 @@ func TestReaperTakesAChildThatEndedBeforeItsLoop(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("run %d: the child's status never came", i)
 		}
-		// This reaper takes no more signals; its loop stays parked (no other test's child is reaped).
+		// This reaper ends before the next is made: a process has one reaper, and a loop left
+		// running on a SIGCHLD still in its channel would wait4(-1) and take the next run's child
+		// (its status lost: "the child's status never came", once in CI). Stop, then close, lets
+		// the loop drain what is there and return.
 		signal.Stop(r.sigs)
+		close(r.sigs)
+		<-done
 	}
 }
