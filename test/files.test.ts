@@ -12,6 +12,7 @@ import { startAgent } from '../workers/agent/server';
 import { createMockDrivers } from '../workers/mockDrivers';
 import type { ContainerSpec } from '../workers/drivers';
 import type { RuncRuntime } from '../workers/runtime/runc';
+import { readBufferCounts } from '../workers/runtime/boxd/client';
 import { run } from '../core/command';
 import { startTestHost, TestHost } from './helpers/host';
 
@@ -180,6 +181,48 @@ t.test('on a real host', async (t) => {
     t.equal((await host.call('DELETE', `${F}?${q('/data/in')}`)).status, 400, 'a directory that is not empty, without recursive: 400');
     t.equal((await host.call('DELETE', `${F}?${q('/data/in')}&recursive=true`)).status, 204, 'recursive: 204');
     t.equal((await host.call('GET', `${F}/stat?${q('/data/in')}`)).status, 404, 'gone');
+  });
+
+  t.test('downloads use their read buffers again; a piece nobody gives back is never read over', async (t) => {
+    // Four files of 24 MiB (different bytes) read at once, twice: a buffer used again while a
+    // piece of it was still on its way would show in a hash.
+    const files = Array.from({ length: 4 }, (_, i) => ({ path: `/root/pool-${i}.bin`, data: crypto.randomBytes(24 << 20) }));
+    for (const f of files) t.equal((await host.call('PUT', `${F}?${q(f.path)}`, { raw: f.data, contentType: 'application/octet-stream' })).status, 200);
+    const sha = (b: Buffer) => crypto.createHash('sha256').update(b).digest('hex');
+    const before = readBufferCounts();
+    for (let round = 0; round < 2; round++) {
+      const got = await Promise.all(files.map((f) => download(`${host.url}${F}?${q(f.path)}`, host.adminToken)));
+      got.forEach((g, i) => t.equal(g.sha, sha(files[i].data), `round ${round}, file ${i}: every byte as written`));
+    }
+    const after = readBufferCounts();
+    const takes = after.made + after.reused - before.made - before.reused;
+    t.ok(takes >= 100, `192 MiB read in large reads (${takes} buffers taken)`);
+    t.ok(after.made - before.made <= 40, `most of them used again: ${after.made - before.made} allocated, ${after.reused - before.reused} reused`);
+
+    // Control: a reader that keeps every piece and releases none (the node's fileRead, consumed
+    // by hand). Its pieces stay as read while the other downloads go on: none is given back,
+    // so none is read over.
+    const node = host.node!.ctx.runtime as RuncRuntime;
+    const id = (await host.call('GET', `${P}/f`)).body.id as string;
+    const { data } = await (await node.files(id)).read(files[0].path);
+    const kept: Buffer[] = [];
+    const madeBefore = readBufferCounts().made;
+    // 'data' events hand on the pieces as pushed (an async iterator's read() may join them).
+    await new Promise<void>((resolve, reject) => {
+      data.on('data', (c: Buffer) => {
+        kept.push(c);
+        if (kept.length !== 2) return;
+        // Other downloads meanwhile, taking buffers from the pool.
+        data.pause();
+        Promise.all(files.slice(1).map((f) => download(`${host.url}${F}?${q(f.path)}`, host.adminToken))).then(() => data.resume(), reject);
+      });
+      data.on('end', resolve);
+      data.on('error', reject);
+    });
+    t.ok(kept.some((c) => c.buffer.byteLength === 1 << 20), 'control: the kept pieces are views of the pool\'s 1 MiB buffers');
+    t.equal(sha(Buffer.concat(kept)), sha(files[0].data), 'the kept pieces hold the file, untouched by the reads after them');
+    t.ok(readBufferCounts().made > madeBefore, 'control: the kept pieces\' buffers were not given back (new ones were made)');
+    await sh('f', 'rm -f /root/pool-*.bin');
   });
 
   t.test("a read's connection to boxd holds up to 4 MiB in flight (boxd's send buffer)", async (t) => {

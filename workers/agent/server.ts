@@ -7,6 +7,7 @@ import { BoxhostError, invalid, notFound, statusOf, unauthenticated, unavailable
 import type { Logger } from '../../core/logger';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { pipeReleasing } from '../../core/bufferLease';
 import { Server as WebSocketServer } from 'ws';
 import { agentRoutes, baseRefSchema, stagingTokenSchema, BOX_ID_PATTERN, execRequestSchema, execSessionSchema, FILE_STAT_HEADER, limitsSchema, serviceCallSchema, snapshotNameSchema, TUNNEL_PROTOCOL } from '../../cluster/protocol';
 import { bridgeSession } from '../../cluster/wsSession';
@@ -168,7 +169,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       if (res.destroyed) return void data.destroy();
       res.status(200).setHeader('content-type', 'application/octet-stream');
       res.setHeader(FILE_STAT_HEADER, Buffer.from(JSON.stringify(stat)).toString('base64url'));
-      await pipeline(data, res).catch(() => res.destroy());
+      // Pieces released once the socket has them: the read buffers are used again (core/bufferLease.ts).
+      await pipeReleasing(data, res).catch(() => res.destroy());
     } catch (e) {
       next(e);
     }

@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import { pipeline } from 'node:stream/promises';
+import { pipeReleasing } from '../../../core/bufferLease';
 import { defineRoute } from '../../http/route';
 import { readFile } from '../../../domain/files';
 import { boxParams, BoxParams, fileErrors, pathQuery } from './schemas';
@@ -19,7 +19,8 @@ export default defineRoute<unknown, { path: string }, BoxParams>({
     res.setHeader('x-content-type-options', 'nosniff');
     res.setHeader('x-boxhost-file-mode', stat.mode);
     // Back-pressure end to end: a slow client slows the read in the box. A failure mid-way can
-    // only cut the body (the status went out with the first byte).
-    await pipeline(data, res).catch(() => res.destroy());
+    // only cut the body (the status went out with the first byte). Each piece is released once
+    // the socket has it, and its read buffer serves the next read (core/bufferLease.ts).
+    await pipeReleasing(data, res).catch(() => res.destroy());
   },
 });

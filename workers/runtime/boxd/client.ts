@@ -1,6 +1,7 @@
 import net from 'node:net';
 import os from 'node:os';
 import { Readable, Writable } from 'node:stream';
+import { BufferPool, type Lease } from '../../../core/bufferLease';
 import { EXEC_LET_GO, type ExecProcess } from '../../drivers';
 import { BoxAgentUnavailableError, BoxFileError, BoxServiceError, ExecInputError } from '../../errors';
 import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField, writeFrame } from './protocol';
@@ -38,29 +39,41 @@ export const SOCKET_WRITE_BUFFER = MAX_FRAME;
  *  handed on never holds more than twice its size. */
 const LARGE_READ = 1 << 20;
 const KEEP_READ = LARGE_READ / 2;
+/** The read buffers of every file read of this process, 16 MiB of them kept idle at most. */
+const readPool = new BufferPool(LARGE_READ, 16);
+
+/** How the file reads' buffers were had: allocated, or used again (tests, diagnostics). */
+export function readBufferCounts(): { made: number; reused: number; idle: number } {
+  return { made: readPool.made, reused: readPool.reused, idle: readPool.idleCount };
+}
 
 /**
  * Reads of a file's stream, up to 1 MiB at a time into buffers of the node's own (net.Socket's
  * `onread`), where a socket's reads are 64 KiB each: a 256 MiB download took 4096 reads, 4096
  * stream pushes and 4096 writes to the client's socket, and the node's CPU for it halved with
  * 1 MiB reads (docs/decisions.md "A file read's socket is read 1 MiB at a time"). A read of
- * half a buffer or more is handed on as is (its buffer goes with it and a new one is taken); a
- * shorter one (a slow reader, the head frame, the tail) is copied out at its size and the
- * buffer kept, so a trickle does not pin 1 MiB per piece.
+ * half a buffer or more is handed on in place: `onChunk` gets its lease, to lend the pieces it
+ * hands on (core/bufferLease.ts), and the buffer comes back to the pool once they are all
+ * released (docs/decisions.md "Download buffers are used again"). A shorter one (a slow
+ * reader, the head frame, the tail) is copied out at its size and the buffer kept, so a
+ * trickle does not pin 1 MiB per piece. `keeps()`: whether the decoder still holds bytes of
+ * the last read (a frame begun), which then must not be read over.
  */
-function largeReadsInto(onChunk: (b: Buffer) => void): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void } {
-  let spare: Buffer | null = null;
+function largeReadsInto(onChunk: (b: Buffer, lease?: Lease) => void, keeps: () => boolean): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void; end: () => void } {
+  let next: Lease | null = null;
   return {
-    buffer: () => {
-      const b = spare ?? Buffer.allocUnsafeSlow(LARGE_READ);
-      spare = null;
-      return b;
-    },
+    buffer: () => (next ??= readPool.take()).buffer,
     callback: (n, b) => {
-      if (n < KEEP_READ) {
-        spare = b;
-        onChunk(Buffer.from(b.subarray(0, n)));
-      } else onChunk(b.subarray(0, n));
+      const lease = next!;
+      if (n < KEEP_READ) return onChunk(Buffer.from(b.subarray(0, n)));
+      next = null;
+      onChunk(b.subarray(0, n), lease);
+      lease.close(!keeps());
+    },
+    // The socket is closed: the buffer it would have read into next goes back.
+    end: () => {
+      next?.close(true);
+      next = null;
     },
   };
 }
@@ -78,7 +91,7 @@ export class BoxdClient {
    * that breaks the protocol) handed to `fail` as the drivers' error. `streamed`: the frame
    * types handed on in pieces (FrameDecoder); `largeReads`: see largeReadsInto.
    */
-  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame) => void, opts: { streamed?: string[]; largeReads?: boolean } = {}): net.Socket {
+  private exchange(first: Buffer, fail: (e: Error) => void, onFrame: (f: DecodedFrame, lease?: Lease) => void, opts: { streamed?: string[]; largeReads?: boolean } = {}): net.Socket {
     // A write answers "full" once what waits unsent passes the high-water mark, the piece just
     // written included: with Node's 16 KiB default every 64 KiB piece of an upload's body did,
     // and the body paused and resumed once per piece (4097 times for 256 MiB, a second of the
@@ -86,19 +99,21 @@ export class BoxdClient {
     // stream speed"); the other requests write one frame and are unchanged by it.
     // (net.Socket hands its options to stream.Duplex; the typings leave the mark out.)
     const decoder = new FrameDecoder({ streamed: opts.streamed });
-    const onChunk = (chunk: Buffer) => {
+    const onChunk = (chunk: Buffer, lease?: Lease) => {
       try {
         for (const f of decoder.push(chunk)) {
           if (f.type === Frame.error) return fail(failure(frameJson(f), requestOf(first)));
-          onFrame(f);
+          onFrame(f, lease);
         }
       } catch (e) {
         fail(asAgentError(e));
       }
     };
     const sockOpts: Record<string, unknown> = { writableHighWaterMark: SOCKET_WRITE_BUFFER };
-    if (opts.largeReads) sockOpts.onread = largeReadsInto(onChunk);
+    const reads = opts.largeReads ? largeReadsInto(onChunk, () => decoder.pending > 0) : null;
+    if (reads) sockOpts.onread = reads;
     const sock = new net.Socket(sockOpts as net.SocketConstructorOpts).connect(this.socketPath);
+    if (reads) sock.once('close', reads.end);
     let connected = false;
     sock.write(first); // queued until connected
     sock.on('connect', () => (connected = true));
@@ -263,7 +278,7 @@ export class BoxdClient {
         if (head) data.destroy(e);
         else reject(e);
       };
-      const sock = this.exchange(first, fail, (f) => {
+      const sock = this.exchange(first, fail, (f, lease) => {
         if (ended) return;
         if (!head) {
           if (f.type !== Frame.answer) throw new BoxdProtocolError(`boxd answered '${f.type}' where an answer frame belongs`);
@@ -271,7 +286,9 @@ export class BoxdClient {
           head = { value: parseHead(frameJson(f)) };
           resolve({ head: head.value, data });
         } else if (f.type === Frame.data) {
-          if (!data.push(f.payload)) sock.pause();
+          // A piece of a pooled read is lent: a consumer that releases it (pipeReleasing) gives
+          // the buffer back; one that does not leaves it to the collector.
+          if (!data.push(lease ? lease.lend(f.payload) : f.payload)) sock.pause();
         } else if (f.type === Frame.end) {
           ended = true;
           data.push(null);
