@@ -9,7 +9,7 @@
  * The contract is narrow on purpose. A producer takes a Lease, reads into its buffer, lends
  * the pieces it hands on (`lend`) and closes the lease when it no longer touches the buffer
  * (`close`, saying whether anything it kept still refers to the bytes). A consumer that is done
- * with a piece (its bytes copied by the kernel: a socket write's callback) calls `release`.
+ * with a piece (a socket write's callback: the socket no longer refers to it) calls `release`.
  * A piece never released (a consumer that does not know of leases, a stream cut short) keeps
  * its buffer out of the pool, and the collector frees it as before: forgetting is safe,
  * releasing early is not, so only `pipeReleasing` releases.
@@ -63,7 +63,8 @@ export class Lease {
   /** `piece` goes to a consumer; returned as is. Lent only when it is a view of this buffer
    *  (a piece its producer had to copy elsewhere is not this lease's to track). */
   lend(piece: Buffer): Buffer {
-    if (piece.buffer !== this.buffer.buffer) return piece;
+    // (An empty piece is dropped by a stream's push, never released: not lent.)
+    if (piece.buffer !== this.buffer.buffer || piece.length === 0) return piece;
     this.out++;
     lent.set(piece, this);
     return piece;
@@ -100,9 +101,11 @@ export function release(piece: Buffer): void {
 }
 
 /**
- * `src` into `dest` with back-pressure, as stream.pipeline, each chunk released once `dest` has
- * written it (its write callback without an error: for a socket, the kernel has its bytes).
- * Rejects on either side's failure or a close before the end, with both destroyed.
+ * `src` into `dest` with back-pressure, as stream.pipeline, each chunk released once `dest` is
+ * done with it (its write callback without an error: a socket no longer refers to it). `dest`
+ * must be one whose callback means that (a socket, an HTTP response), never a stream that keeps
+ * chunks after calling back (a PassThrough). Rejects on either side's failure or a close before
+ * the end, with both destroyed.
  */
 export async function pipeReleasing(src: Readable, dest: Writable): Promise<void> {
   const onData = (chunk: Buffer) => {
@@ -115,7 +118,10 @@ export async function pipeReleasing(src: Readable, dest: Writable): Promise<void
   const onEnd = () => dest.end();
   src.on('data', onData);
   dest.on('drain', onDrain);
-  src.once('end', onEnd);
+  if (dest.writableNeedDrain) src.pause();
+  // A source that ended already emits no 'end' again.
+  if (src.readableEnded) process.nextTick(onEnd);
+  else src.once('end', onEnd);
   try {
     await Promise.all([finished(src), finished(dest)]);
   } catch (e) {

@@ -1,11 +1,12 @@
 import t from 'tap';
+import { release } from '../core/bufferLease';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { BoxdClient, SOCKET_WRITE_BUFFER } from '../workers/runtime/boxd/client';
+import { BoxdClient, largeReadsInto, SOCKET_WRITE_BUFFER } from '../workers/runtime/boxd/client';
 import { BoxdServices } from '../workers/runtime/boxd/services';
 import { BoxdProtocolError, encodeFrame, Frame, FrameDecoder, MAX_FRAME } from '../workers/runtime/boxd/protocol';
 import { BoxAgentUnavailableError, BoxServiceError, ExecInputError } from '../workers/errors';
@@ -292,4 +293,37 @@ t.test("a file read's socket is read in large pieces; a trickle does not pin a l
   const held = Math.max(...small.map((c) => c.buffer.byteLength));
   t.ok(held < 64 << 10, `each small piece holds at most ${held} bytes of memory (its own size, or Node's pool)`);
   slow.close();
+});
+
+t.test('a large read\'s buffer serves the next read once its pieces are back, never while the decoder holds bytes of it', async (t) => {
+  const got: Buffer[] = [];
+  let keeps = false;
+  const reads = largeReadsInto((chunk, lease) => void got.push(lease ? lease.lend(chunk) : chunk), () => keeps);
+  // A read that ends on a frame's end: its piece released, the buffer is the next read's.
+  const b1 = reads.buffer();
+  reads.callback(600 << 10, b1);
+  t.equal(got[0].buffer, b1.buffer, 'the piece is a view of the read buffer (lent, not copied)');
+  const b2 = reads.buffer();
+  t.not(b2, b1, 'a piece still out: the next read takes another buffer');
+  release(got[0]);
+  reads.callback(600 << 10, b2);
+  release(got[1]);
+  t.equal(reads.buffer(), b2, 'every piece back: the buffer is used again');
+  // A read that ends inside a frame (a header cut in two): the decoder keeps its tail.
+  keeps = true;
+  const b3 = reads.buffer();
+  reads.callback(600 << 10, b3);
+  release(got[2]);
+  const b4 = reads.buffer();
+  t.not(b4, b3, 'the decoder still refers to it: another buffer is taken');
+  reads.callback(600 << 10, b4);
+  release(got[3]);
+  t.not(reads.buffer(), b3, 'and that buffer never comes back');
+  // A short read is copied out; its buffer stays the socket's.
+  keeps = false;
+  const b5 = reads.buffer();
+  reads.callback(100, b5);
+  t.not(got[4].buffer, b5.buffer, 'a short read goes on as a copy');
+  t.equal(reads.buffer(), b5, 'the same buffer is read into next');
+  reads.end();
 });

@@ -139,3 +139,35 @@ t.test('pipeReleasing: back-pressure, and either side failing ends both', async 
   await t.rejects(p3, { code: 'ERR_STREAM_PREMATURE_CLOSE' });
   t.ok(src3.destroyed, 'a destination closing early destroys the source');
 });
+
+t.test('an empty piece is not lent (a stream drops it, nothing would release it)', async (t) => {
+  const pool = new BufferPool(16, 2);
+  const a = pool.take();
+  a.lend(a.buffer.subarray(4, 4));
+  a.close(true);
+  t.equal(pool.idleCount, 1, 'back at close');
+});
+
+t.test('pipeReleasing from a source that has ended already, into a destination that waits for drain', async (t) => {
+  const src = new PassThrough();
+  src.end(Buffer.from('x'));
+  src.resume();
+  await new Promise((r) => src.once('end', r));
+  const { w } = heldWritable();
+  await t.resolves(pipeReleasing(src, w), 'the destination is ended: no hang');
+  t.ok(w.writableFinished);
+
+  const full = heldWritable(2);
+  full.w.write(Buffer.alloc(4)); // over its mark: waits for drain
+  const src2 = new Readable({ read() {} });
+  src2.push(Buffer.alloc(1));
+  const p = pipeReleasing(src2, full.w);
+  await new Promise((r) => setImmediate(r));
+  t.ok(src2.isPaused(), 'a destination that waits for drain pauses the source from the start');
+  t.equal(full.chunks.length, 1, 'nothing more written meanwhile');
+  full.complete();
+  src2.push(null);
+  while (full.chunks.length < 2) await new Promise((r) => setImmediate(r));
+  full.complete();
+  await p;
+});

@@ -57,15 +57,18 @@ export function readBufferCounts(): { made: number; reused: number; idle: number
  * released (docs/decisions.md "Download buffers are used again"). A shorter one (a slow
  * reader, the head frame, the tail) is copied out at its size and the buffer kept, so a
  * trickle does not pin 1 MiB per piece. `keeps()`: whether the decoder still holds bytes of
- * the last read (a frame begun), which then must not be read over.
+ * the last read (a frame begun), which then must not be read over. (Exported for its tests.)
  */
-function largeReadsInto(onChunk: (b: Buffer, lease?: Lease) => void, keeps: () => boolean): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void; end: () => void } {
+export function largeReadsInto(onChunk: (b: Buffer, lease?: Lease) => void, keeps: () => boolean): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void; end: () => void } {
   let next: Lease | null = null;
   return {
     buffer: () => (next ??= readPool.take()).buffer,
     callback: (n, b) => {
       const lease = next!;
-      if (n < KEEP_READ) return onChunk(Buffer.from(b.subarray(0, n)));
+      if (n < KEEP_READ) {
+        onChunk(Buffer.from(b.subarray(0, n)));
+        return;
+      }
       next = null;
       onChunk(b.subarray(0, n), lease);
       lease.close(!keeps());
