@@ -7,6 +7,9 @@
  *     batches of 100, 10 creates in flight at a time: p50/p95 per hundred and the ratio of the
  *     last hundred's p50 to the first's (target ≤ 1.2×), with where a create's time goes per
  *     hundred (the worker's job vs the api around it, and the host steps that grew most)
+ *   - the raw tools' own growth: `zfs clone` + the remount + `runc run -d`, 10 at a time, with no
+ *     api, queue or network, after the first hundred and again with all N idle (rawFloor.ts):
+ *     how much of the create's growth is the storage daemon's and runc's
  *   - listing at N boxes: every project (`GET /v1/projects/-/boxes`) and one project, each walked
  *     page by page with the api's own page size and continuation token, 20 times; and
  *     `box ls --all-projects` (the CLI, one page) a few times
@@ -32,7 +35,8 @@
  *
  * This file runs the steps in order and cleans up (on an error too); each step lives in
  * bench/scale/: the run's fixed shape (shape.ts), how many boxes and the host config that admits
- * them (capacity.ts), the host's log (hostLog.ts), the creates (create.ts), memory (memory.ts),
+ * them (capacity.ts), the host's log (hostLog.ts), the creates (create.ts), the raw floor
+ * (rawFloor.ts), memory (memory.ts),
  * the lists (list.ts), the deletes (delete.ts) and the printed report (report.ts).
  */
 import type { Config } from '../core/config';
@@ -43,7 +47,7 @@ import { operationsRepo } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
 import { projectsRepo } from '../db/repos/projects';
 import type { Profiler } from './profile';
-import { round1 } from './stats';
+import { fmtMs, round1 } from './stats';
 import { Api } from './api';
 import { scaleHostEnv, sizeScale } from './scale/capacity';
 import { createFigures, createInBatches } from './scale/create';
@@ -51,6 +55,7 @@ import { deleteAll, deleteLeft } from './scale/delete';
 import { scaleHostLog } from './scale/hostLog';
 import { measureLists } from './scale/list';
 import { memoryPerBox, settledMemory, waitUntilSettled } from './scale/memory';
+import { rawFloorAt, RawFloor } from './scale/rawFloor';
 import { scaleReport } from './scale/report';
 import { BATCH, CREATE_CONCURRENCY, DELETE_CONCURRENCY, IDLE_SETTLE_MS, SCALE_TARGET, SMALL } from './scale/shape';
 
@@ -139,7 +144,20 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
     results.memory_before = memBefore;
 
     // ------------------------------------------------------------ creates
-    const { hundreds, created, stoppedEarly } = await createInBatches({ api, N, projectOf, nameOf, profiler, progress, checkpoint });
+    // The raw floor after the first batch and again with every box (its own growth).
+    const h = host;
+    const floors: RawFloor[] = [];
+    const measureFloor = async (boxes: number) => {
+      profiler.phase = 'scale-raw-floor';
+      try {
+        floors.push(await rawFloorAt({ host: h, project: projects[0], boxes, label: String(floors.length), problems }));
+        const f = floors[floors.length - 1];
+        progress(`scale: raw floor at ${boxes} boxes (clone + remount + runc run -d, ${CREATE_CONCURRENCY} at a time): p50 ${fmtMs(f.total.p50)} ms (clone ${fmtMs(f.clone.p50)}, run ${fmtMs(f.run.p50)})`);
+      } catch (e) {
+        problems.push(`raw floor at ${boxes} boxes: ${(e as Error).message}`);
+      }
+    };
+    const { hundreds, created, stoppedEarly } = await createInBatches({ api, N, projectOf, nameOf, profiler, progress, checkpoint, afterFirstBatch: measureFloor });
     results.create_stopped_early = stoppedEarly;
     const ok = created.filter((c) => !c.error);
     results.create_failures = created.filter((c) => c.error).map((c) => `${c.project}/${c.name}: ${c.error}`);
@@ -154,6 +172,14 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
     const memAfter = await settledMemory();
     results.memory_after = memAfter;
     results.memory = memoryPerBox(memBefore, memAfter, ok, runtime);
+    // The floor again with every box there and idle (after the memory's settle).
+    if (!stoppedEarly) await measureFloor(ok.length);
+    results.raw_floor = floors;
+    let floorLine: string | null = null;
+    if (floors.length === 2) {
+      const [a, b] = floors;
+      floorLine = `the raw tools' own growth (zfs clone + remount + runc run -d, ${CREATE_CONCURRENCY} at a time, no api): p50 ${fmtMs(a.total.p50)} ms at ${a.boxes} boxes → ${fmtMs(b.total.p50)} ms at ${b.boxes} idle (${(b.total.p50 / a.total.p50).toFixed(2)}x; clone ${fmtMs(a.clone.p50)} → ${fmtMs(b.clone.p50)}, run ${fmtMs(a.run.p50)} → ${fmtMs(b.run.p50)})`;
+    }
 
     // ------------------------------------------------------------ lists at N boxes
     checkpoint();
@@ -171,6 +197,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
 
     // ------------------------------------------------------------ report
     report.push(...scaleReport({ N, nProjects, results, creates, lists, memBefore, memAfter, okCount: ok.length, created, deletes, capped, stoppedEarly, hostLog }));
+    if (floorLine) report.push(floorLine);
     results.host_warnings = { count: hostLog.warningCount, first: hostLog.warnings };
     results.storage_events = hostLog.storageEvents.map((ev) => ({ at_s: round1((ev.time - startedAt) / 1000), msg: ev.msg }));
     results.first_hundred = creates.first.create;

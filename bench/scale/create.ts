@@ -84,6 +84,8 @@ export async function createInBatches(opts: {
   profiler: Profiler;
   progress: (msg: string) => void;
   checkpoint: () => void;
+  /** Run after the first batch, before the second (the raw floor's first measure). */
+  afterFirstBatch?: (boxes: number) => Promise<void>;
 }): Promise<{ hundreds: Hundred[]; created: Created[]; stoppedEarly: string | null }> {
   const { api, N, projectOf, nameOf, profiler, progress, checkpoint } = opts;
   const created: Created[] = [];
@@ -110,6 +112,7 @@ export async function createInBatches(opts: {
     created.push(...samples);
     const s = summarize(samples.map((c) => c.ms));
     progress(`scale: boxes ${from}–${to}: create p50 ${fmtMs(s.p50)} ms, p95 ${fmtMs(s.p95)} ms, ${((to - from) / ((nowMs() - w0) / 1000)).toFixed(1)} boxes/s, load ${os.loadavg()[0].toFixed(1)}`);
+    if (from === 0 && opts.afterFirstBatch) await opts.afterFirstBatch(to);
     const failed = samples.filter((c) => c.error).length;
     if (failed > samples.length * STOP_FAILED_SHARE) {
       stoppedEarly = `${failed} of the ${samples.length} creates of boxes ${from}–${to} did not end running: no more are made`;

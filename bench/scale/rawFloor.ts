@@ -1,0 +1,57 @@
+/**
+ * The raw tools' own growth at scale: the same storage and container work a create does (`zfs
+ * clone` with the box's properties, the nosuid,nodev remount, `runc run -d` in the project's
+ * user namespace mapping; no api, queue or network), CREATE_CONCURRENCY at a time as the api's
+ * creates go, measured once the first batch of boxes runs and again with all of them. What the
+ * floor itself grows by is the part of the create figure's growth that is the tools' and the
+ * storage daemon's, not boxhost's.
+ */
+import { projectIdMap } from '../../core/box';
+import { projectsRepo } from '../../db/repos/projects';
+import type { Host } from '../../server/host';
+import { busyboxVersion } from '../../workers/bases/busyboxRootfs';
+import type { ZfsStorage } from '../../workers/storage/zfs';
+import { RawCreateSample, RawRunner } from '../raw';
+import { summaryJson } from '../report';
+import { summarize } from '../stats';
+import { mapLimit } from './common';
+import { CREATE_CONCURRENCY } from './shape';
+
+/** Rounds of CREATE_CONCURRENCY creates, each round removed before the next (the clones stay
+ *  within the node's spare filesystems). */
+const ROUNDS = 2;
+
+export interface RawFloor {
+  boxes: number;
+  total: ReturnType<typeof summaryJson>;
+  clone: ReturnType<typeof summaryJson>;
+  run: ReturnType<typeof summaryJson>;
+}
+
+export async function rawFloorAt(opts: { host: Host; project: string; boxes: number; label: string; problems: string[] }): Promise<RawFloor> {
+  const { host, problems } = opts;
+  const storage = host.node!.ctx.storage as ZfsStorage;
+  const idMap = projectIdMap((await projectsRepo.get(host.db, opts.project))!.net_index);
+  const baseSnapshot = `${storage.root}/shifted/busybox/${await busyboxVersion()}/${idMap.hostId}@base`;
+  const samples: RawCreateSample[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const raw = new RawRunner({
+      dataDir: host.config.dataDir,
+      hostTag: host.config.hostTag,
+      zfsRoot: storage.root,
+      baseSnapshot,
+      idMap,
+      name: `floor${opts.label}${round}`,
+      sameStorageWork: { storageGb: 1, idProperty: 'boxhost:idmap' },
+    });
+    try {
+      await raw.prepare();
+      const ids = Array.from({ length: CREATE_CONCURRENCY }, (_, i) => i);
+      await mapLimit(ids, CREATE_CONCURRENCY, async (i) => void samples.push(await raw.createAndRun(i)));
+    } finally {
+      problems.push(...(await raw.cleanup()).map((p) => `raw floor: ${p}`));
+    }
+  }
+  const of = (f: (s: RawCreateSample) => number) => summaryJson(summarize(samples.map(f)));
+  return { boxes: opts.boxes, total: of((s) => s.totalMs), clone: of((s) => s.cloneMs), run: of((s) => s.runMs) };
+}
