@@ -4,7 +4,9 @@
  * first create and after all N run, each the median of 10 snapshots a second apart while the host
  * idles, the difference divided by N; the zfs-fuse daemon's RSS before and after; each box's
  * cgroup `memory.usage_in_bytes` (p50). The figure is machine-wide: whatever else runs on the
- * machine meanwhile moves it (by ±0.2 MiB per box for ±200 MiB).
+ * machine meanwhile moves it (by ±0.2 MiB per box for ±200 MiB). Through the same idle
+ * windows, the CPU the machine, the zfs-fuse daemon and the bench's process (api + node) used:
+ * what idle boxes cost while nothing is asked of them.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -51,7 +53,32 @@ export interface MemSnapshot {
   zfs_fuse_mounts: number;
 }
 
-export type SettledMemory = MemSnapshot & { used_no_cache_samples_kb: number[] };
+/** The machine's CPU over the idle window, in CPUs busy (2.0: both cores of a 2-core host), and
+ *  the part of it the zfs-fuse daemon and this process (api + node) took. */
+export interface IdleCpu {
+  busy_cpus: number;
+  zfs_fuse_cpus: number;
+  bench_process_cpus: number;
+}
+
+export type SettledMemory = MemSnapshot & { used_no_cache_samples_kb: number[]; idle_cpu: IdleCpu };
+
+/** Jiffies: the machine's busy and total (from /proc/stat's cpu line), and one process's. */
+function machineTicks(): { busy: number; total: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  // idle and iowait are not busy.
+  return { busy: total - f[3] - (f[4] ?? 0), total };
+}
+
+function processTicks(pid: number | string): number {
+  try {
+    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return 0;
+  }
+}
 
 function memSnapshot(): MemSnapshot {
   const mi = meminfoKb();
@@ -111,12 +138,26 @@ function boxCgroupMemory(runtime: RuncRuntime, boxId: string): { usage: number; 
  */
 export async function settledMemory(): Promise<SettledMemory> {
   const snaps: MemSnapshot[] = [];
+  const zfsPids = memSnapshot().zfs_fuse_pids;
+  const m0 = machineTicks();
+  const z0 = zfsPids.reduce((a, p) => a + processTicks(p), 0);
+  const b0 = processTicks('self');
+  const t0 = nowMs();
   for (let k = 0; k < IDLE_SETTLE_MS / 1000; k++) {
     await sleep(1000);
     snaps.push(memSnapshot());
   }
+  // Jiffies are 1/100 s (USER_HZ); CPUs busy = busy jiffies / 100 / seconds.
+  const secs = (nowMs() - t0) / 1000;
+  const m1 = machineTicks();
+  const cpus = (ticks: number) => Math.round((ticks / 100 / secs) * 1000) / 1000;
+  const idle_cpu: IdleCpu = {
+    busy_cpus: cpus(m1.busy - m0.busy),
+    zfs_fuse_cpus: cpus(zfsPids.reduce((a, p) => a + processTicks(p), 0) - z0),
+    bench_process_cpus: cpus(processTicks('self') - b0),
+  };
   const sorted = [...snaps].sort((a, b) => a.used_no_cache_kb - b.used_no_cache_kb);
-  return { ...sorted[Math.floor((sorted.length - 1) / 2)], used_no_cache_samples_kb: snaps.map((x) => x.used_no_cache_kb) };
+  return { ...sorted[Math.floor((sorted.length - 1) / 2)], used_no_cache_samples_kb: snaps.map((x) => x.used_no_cache_kb), idle_cpu };
 }
 
 /**
