@@ -15,6 +15,7 @@ import path from 'node:path';
 import type { IdMap } from '../core/box';
 import { buildOciSpec, hostNofileHard } from '../workers/runtime/ociSpec';
 import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN } from '../workers/runtime/runc';
+import { machineMountLock } from '../workers/storage/zfsFuse';
 import { runcLogTail, runDetached } from '../workers/runtime/runcRun';
 import { nowMs } from './stats';
 
@@ -125,11 +126,15 @@ export class RawRunner {
     const t0 = nowMs();
     const work = this.opts.sameStorageWork;
     const props = work ? ['-o', `refquota=${work.storageGb}G`, '-o', `quota=${work.storageGb}G`, '-o', `${work.idProperty}=${this.opts.idMap?.hostId ?? 0}`] : [];
-    const clone = await spawnCollect([ZFS_BIN, 'clone', ...props, this.opts.baseSnapshot, ds]);
+    // A clone mounts: on zfs-fuse it takes the machine's mount lock as the storage driver's do
+    // (two mounts at once can wedge the daemon: docs/decisions.md "Storage watchdog").
+    const lock = machineMountLock();
+    const clone = await spawnCollect([...(lock ? ['flock', '-o', lock] : []), ZFS_BIN, 'clone', ...props, this.opts.baseSnapshot, ds]);
+    // Recorded before anything else can fail, so that cleanup() removes it.
+    if (clone.code === 0) this.clones.push(ds);
     if (clone.code === 0 && work) await must(['mount', '-o', 'remount,bind,nosuid,nodev', rootfs]);
     const t1 = nowMs();
     if (clone.code !== 0) throw new Error(`zfs clone ${ds} failed: ${clone.stderr.trim()}`);
-    this.clones.push(ds);
     const config = { ...this.template, root: { path: rootfs, readonly: false }, linux: { ...this.template.linux, cgroupsPath } };
     await fs.promises.writeFile(path.join(bundle, 'config.json'), JSON.stringify(config));
     const t2 = nowMs();

@@ -147,10 +147,11 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
     // The raw floor after the first batch and again with every box (its own growth).
     const h = host;
     const floors: RawFloor[] = [];
+    let floorRuns = 0;
     const measureFloor = async (boxes: number) => {
       profiler.phase = 'scale-raw-floor';
       try {
-        floors.push(await rawFloorAt({ host: h, project: projects[0], boxes, label: String(floors.length), problems }));
+        floors.push(await rawFloorAt({ host: h, project: projects[0], boxes, label: `${floorRuns++}`, problems }));
         const f = floors[floors.length - 1];
         progress(`scale: raw floor at ${boxes} boxes (clone + remount + runc run -d, ${CREATE_CONCURRENCY} at a time): p50 ${fmtMs(f.total.p50)} ms (clone ${fmtMs(f.clone.p50)}, run ${fmtMs(f.run.p50)})`);
       } catch (e) {
@@ -173,7 +174,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleOutcome> {
     results.memory_after = memAfter;
     results.memory = memoryPerBox(memBefore, memAfter, ok, runtime);
     // The floor again with every box there and idle (after the memory's settle).
-    if (!stoppedEarly) await measureFloor(ok.length);
+    if (!stoppedEarly && floors.length === 1) await measureFloor(ok.length);
     results.raw_floor = floors;
     let floorLine: string | null = null;
     if (floors.length === 2) {

@@ -4,9 +4,9 @@
  * first create and after all N run, each the median of 10 snapshots a second apart while the host
  * idles, the difference divided by N; the zfs-fuse daemon's RSS before and after; each box's
  * cgroup `memory.usage_in_bytes` (p50). The figure is machine-wide: whatever else runs on the
- * machine meanwhile moves it (by ±0.2 MiB per box for ±200 MiB). Through the same idle
- * windows, the CPU the machine, the zfs-fuse daemon and the bench's process (api + node) used:
- * what idle boxes cost while nothing is asked of them.
+ * machine meanwhile moves it (by ±0.2 MiB per box for ±200 MiB). Before each, 5 s of the idle
+ * host's CPU (the machine's, the zfs-fuse daemon's, the bench's process's: api + node): what idle
+ * boxes cost while nothing is asked of them.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -63,17 +63,21 @@ export interface IdleCpu {
 
 export type SettledMemory = MemSnapshot & { used_no_cache_samples_kb: number[]; idle_cpu: IdleCpu };
 
+/** How long the idle CPU is measured, before the memory's snapshots. */
+const CPU_WINDOW_MS = 5000;
+
 /** Jiffies: the machine's busy and total (from /proc/stat's cpu line), and one process's. */
 function machineTicks(): { busy: number; total: number } {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-  const total = f.reduce((a, b) => a + b, 0);
-  // idle and iowait are not busy.
-  return { busy: total - f[3] - (f[4] ?? 0), total };
+  // user nice system idle iowait irq softirq steal guest guest_nice: busy is user, nice,
+  // system, irq and softirq (guest time is inside user already; steal is not this machine's).
+  return { busy: f[0] + f[1] + f[2] + f[5] + f[6], total: f.slice(0, 8).reduce((a, b) => a + b, 0) };
 }
 
 function processTicks(pid: number | string): number {
   try {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
     return Number(f[11]) + Number(f[12]);
   } catch {
     return 0;
@@ -137,25 +141,29 @@ function boxCgroupMemory(runtime: RuncRuntime, boxId: string): { usage: number; 
  * through one snapshot does not decide the figure).
  */
 export async function settledMemory(): Promise<SettledMemory> {
-  const snaps: MemSnapshot[] = [];
+  // The CPU first, through a window of its own: the snapshots below read every process's comm
+  // and the mount table, work that grows with the boxes and is not theirs.
   const zfsPids = memSnapshot().zfs_fuse_pids;
   const m0 = machineTicks();
   const z0 = zfsPids.reduce((a, p) => a + processTicks(p), 0);
   const b0 = processTicks('self');
   const t0 = nowMs();
+  await sleep(CPU_WINDOW_MS);
+  // Jiffies are 1/100 s (USER_HZ); CPUs busy = busy jiffies / 100 / seconds.
+  const secs = (nowMs() - t0) / 1000;
+  const m1 = machineTicks();
+  const cpus = (ticks: number) => Math.max(0, Math.round((ticks / 100 / secs) * 1000) / 1000);
+  const idle_cpu: IdleCpu = {
+    busy_cpus: cpus(m1.busy - m0.busy),
+    // (A daemon restarted meanwhile would count from 0: never below 0.)
+    zfs_fuse_cpus: cpus(zfsPids.reduce((a, p) => a + processTicks(p), 0) - z0),
+    bench_process_cpus: cpus(processTicks('self') - b0),
+  };
+  const snaps: MemSnapshot[] = [];
   for (let k = 0; k < IDLE_SETTLE_MS / 1000; k++) {
     await sleep(1000);
     snaps.push(memSnapshot());
   }
-  // Jiffies are 1/100 s (USER_HZ); CPUs busy = busy jiffies / 100 / seconds.
-  const secs = (nowMs() - t0) / 1000;
-  const m1 = machineTicks();
-  const cpus = (ticks: number) => Math.round((ticks / 100 / secs) * 1000) / 1000;
-  const idle_cpu: IdleCpu = {
-    busy_cpus: cpus(m1.busy - m0.busy),
-    zfs_fuse_cpus: cpus(zfsPids.reduce((a, p) => a + processTicks(p), 0) - z0),
-    bench_process_cpus: cpus(processTicks('self') - b0),
-  };
   const sorted = [...snaps].sort((a, b) => a.used_no_cache_kb - b.used_no_cache_kb);
   return { ...sorted[Math.floor((sorted.length - 1) / 2)], used_no_cache_samples_kb: snaps.map((x) => x.used_no_cache_kb), idle_cpu };
 }

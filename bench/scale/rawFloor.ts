@@ -14,7 +14,6 @@ import type { ZfsStorage } from '../../workers/storage/zfs';
 import { RawCreateSample, RawRunner } from '../raw';
 import { summaryJson } from '../report';
 import { summarize } from '../stats';
-import { mapLimit } from './common';
 import { CREATE_CONCURRENCY } from './shape';
 
 /** Rounds of CREATE_CONCURRENCY creates, each round removed before the next (the clones stay
@@ -44,13 +43,17 @@ export async function rawFloorAt(opts: { host: Host; project: string; boxes: num
       name: `floor${opts.label}${round}`,
       sameStorageWork: { storageGb: 1, idProperty: 'boxhost:idmap' },
     });
-    try {
-      await raw.prepare();
-      const ids = Array.from({ length: CREATE_CONCURRENCY }, (_, i) => i);
-      await mapLimit(ids, CREATE_CONCURRENCY, async (i) => void samples.push(await raw.createAndRun(i)));
-    } finally {
-      problems.push(...(await raw.cleanup()).map((p) => `raw floor: ${p}`));
-    }
+    await raw.prepare();
+    // Every create settles before the cleanup (one failing must not leave the others starting
+    // under it); the first failure is thrown after.
+    const settled = await Promise.allSettled(Array.from({ length: CREATE_CONCURRENCY }, (_, i) => raw.createAndRun(i)));
+    const left = (await raw.cleanup()).map((p) => `raw floor: ${p}`);
+    problems.push(...left);
+    for (const r of settled) if (r.status === 'fulfilled') samples.push(r.value);
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    // Whatever could not be removed holds filesystems of the node's spare: no more rounds.
+    if (left.length) throw new Error(`round ${round} left what it made (${left.length} problems)`);
   }
   const of = (f: (s: RawCreateSample) => number) => summaryJson(summarize(samples.map(f)));
   return { boxes: opts.boxes, total: of((s) => s.totalMs), clone: of((s) => s.cloneMs), run: of((s) => s.runMs) };
