@@ -12,9 +12,13 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { IdMap } from '../core/box';
+import { projectIdMap, type IdMap } from '../core/box';
+import type { Db } from '../db/knex';
+import { projectsRepo } from '../db/repos/projects';
+import { busyboxVersion } from '../workers/bases/busyboxRootfs';
 import { buildOciSpec, hostNofileHard } from '../workers/runtime/ociSpec';
 import { BUSYBOX_BIN, RUNC_BIN, TINI_BIN } from '../workers/runtime/runc';
+import { BASE_SNAPSHOT, IDMAP_PROP } from '../workers/storage/zfsCommon';
 import { machineMountLock } from '../workers/storage/zfsFuse';
 import { runcLogTail, runDetached } from '../workers/runtime/runcRun';
 import { nowMs } from './stats';
@@ -47,6 +51,24 @@ async function must(argv: string[]): Promise<ProcResult> {
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * The busybox base a project's boxes are cloned from, as the raw floor clones it: its version,
+ * the project's id range, the base's copy in that range (made by the project's first box) and
+ * the base itself.
+ */
+export async function busyboxFloorBase(db: Db, zfsRoot: string, project: string): Promise<{ idMap: IdMap; shiftedSnapshot: string; plainSnapshot: string }> {
+  const idMap = projectIdMap((await projectsRepo.get(db, project))!.net_index);
+  const version = await busyboxVersion();
+  return {
+    idMap,
+    shiftedSnapshot: `${zfsRoot}/shifted/busybox/${version}/${idMap.hostId}@${BASE_SNAPSHOT}`,
+    plainSnapshot: `${zfsRoot}/bases/busybox/${version}@${BASE_SNAPSHOT}`,
+  };
+}
+
+/** The storage work a box's root gets beyond the clone (RawRunnerOptions.sameStorageWork). */
+export const boxStorageWork = (storageGb: number) => ({ storageGb, idProperty: IDMAP_PROP });
 
 export interface RawCreateSample {
   cloneMs: number;

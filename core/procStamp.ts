@@ -6,17 +6,23 @@ import fs from 'node:fs';
  * redis-server (core/redis.ts).
  */
 
-/** The process's start time (field 22 of /proc/<pid>/stat, counted after the command name, which
- *  may hold spaces); null when it is gone or a zombie (dead, not yet reaped). */
-export function startTime(pid: number): string | null {
+/** The fields of /proc/<pid>/stat after the command name (which may hold spaces), from the
+ *  state on: field N of proc(5) is at index N − 3. Null when the process is gone. */
+export function statFields(pid: number | 'self'): string[] | null {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (fields[0] === 'Z' || fields[0] === 'X') return null;
-    return fields[19] ?? null;
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return null;
   }
+}
+
+/** The process's start time (field 22 of /proc/<pid>/stat); null when it is gone or a zombie
+ *  (dead, not yet reaped). */
+export function startTime(pid: number): string | null {
+  const fields = statFields(pid);
+  if (!fields || fields[0] === 'Z' || fields[0] === 'X') return null;
+  return fields[19] ?? null;
 }
 
 /** `<pid> <start time>` of a process (this one by default). */

@@ -208,8 +208,8 @@ t.test('on a real host', async (t) => {
     const kept: Buffer[] = [];
     // 'data' events hand on the pieces as pushed (an async iterator's read() may join them).
     // The first four pieces are held while four other downloads take buffers from the pool.
-    let early: { pieces: Buffer[]; bytes: Buffer } | null = null;
-    await new Promise<void>((resolve, reject) => {
+    const held = await new Promise<{ pieces: Buffer[]; bytes: Buffer } | null>((resolve, reject) => {
+      let early: { pieces: Buffer[]; bytes: Buffer } | null = null;
       data.on('data', (c: Buffer) => {
         kept.push(c);
         if (kept.length !== 4) return;
@@ -222,10 +222,9 @@ t.test('on a real host', async (t) => {
           })
           .catch(reject);
       });
-      data.on('end', resolve);
+      data.on('end', () => resolve(early));
       data.on('error', reject);
     });
-    const held = early as { pieces: Buffer[]; bytes: Buffer } | null;
     t.ok(held !== null, 'four pieces were held through the other downloads');
     t.ok(held!.pieces.some((c) => c.buffer.byteLength === 1 << 20), "control: some of them are views of the pool's 1 MiB buffers");
     t.ok(held!.bytes.equals(files[0].data.subarray(0, held!.bytes.length)), 'after the other downloads, they still hold the start of the file');

@@ -10,6 +10,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { statFields } from '../../core/procStamp';
 import type { RuncRuntime } from '../../workers/runtime/runc';
 import type { Api } from '../api';
 import { summaryJson } from '../report';
@@ -74,14 +75,10 @@ function machineTicks(): { busy: number; total: number } {
   return { busy: f[0] + f[1] + f[2] + f[5] + f[6], total: f.slice(0, 8).reduce((a, b) => a + b, 0) };
 }
 
-function processTicks(pid: number | string): number {
-  try {
-    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
-    return Number(f[11]) + Number(f[12]);
-  } catch {
-    return 0;
-  }
+function processTicks(pid: number | 'self'): number {
+  // utime and stime: fields 14 and 15.
+  const f = statFields(pid);
+  return f ? Number(f[11]) + Number(f[12]) : 0;
 }
 
 function memSnapshot(): MemSnapshot {

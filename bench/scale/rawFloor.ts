@@ -6,12 +6,9 @@
  * floor itself grows by is the part of the create figure's growth that is the tools' and the
  * storage daemon's, not boxhost's.
  */
-import { projectIdMap } from '../../core/box';
-import { projectsRepo } from '../../db/repos/projects';
 import type { Host } from '../../server/host';
-import { busyboxVersion } from '../../workers/bases/busyboxRootfs';
 import type { ZfsStorage } from '../../workers/storage/zfs';
-import { RawCreateSample, RawRunner } from '../raw';
+import { boxStorageWork, busyboxFloorBase, RawCreateSample, RawRunner } from '../raw';
 import { summaryJson } from '../report';
 import { summarize } from '../stats';
 import { CREATE_CONCURRENCY } from './shape';
@@ -30,8 +27,7 @@ export interface RawFloor {
 export async function rawFloorAt(opts: { host: Host; project: string; boxes: number; label: string; problems: string[] }): Promise<RawFloor> {
   const { host, problems } = opts;
   const storage = host.node!.ctx.storage as ZfsStorage;
-  const idMap = projectIdMap((await projectsRepo.get(host.db, opts.project))!.net_index);
-  const baseSnapshot = `${storage.root}/shifted/busybox/${await busyboxVersion()}/${idMap.hostId}@base`;
+  const { idMap, shiftedSnapshot: baseSnapshot } = await busyboxFloorBase(host.db, storage.root, opts.project);
   const samples: RawCreateSample[] = [];
   for (let round = 0; round < ROUNDS; round++) {
     const raw = new RawRunner({
@@ -41,7 +37,7 @@ export async function rawFloorAt(opts: { host: Host; project: string; boxes: num
       baseSnapshot,
       idMap,
       name: `floor${opts.label}${round}`,
-      sameStorageWork: { storageGb: 1, idProperty: 'boxhost:idmap' },
+      sameStorageWork: boxStorageWork(1),
     });
     await raw.prepare();
     // Every create settles before the cleanup (one failing must not leave the others starting

@@ -3,12 +3,9 @@
  *    `runc run -d` of the same base snapshot, with and without the user namespace mapping, and
  *    with the same storage work a box's root gets.
  */
-import { projectIdMap } from '../../core/box';
-import { projectsRepo } from '../../db/repos/projects';
-import { busyboxVersion } from '../../workers/bases/busyboxRootfs';
 import { createBox, CreateSample, zfsGet } from '../boxes';
 import { PROJECT, TARGETS } from '../knobs';
-import { RawRunner } from '../raw';
+import { boxStorageWork, busyboxFloorBase, RawRunner } from '../raw';
 import { figure, Figure, opPhases, stepsJson, summaryJson } from '../report';
 import { fmtMs, round1, summarize } from '../stats';
 import type { SectionContext } from './context';
@@ -27,13 +24,11 @@ export async function createSection(ctx: SectionContext): Promise<CreateOutcome>
   // The project's first box makes the base's copy in its id range, which the raw floor clones too.
   const first = await createBox(api, 'c-0');
   const shiftLog = logs.find((l) => l.msg === "made a base's copy in an id range");
-  const idMap = projectIdMap((await projectsRepo.get(host.db, PROJECT))!.net_index);
-  const version = await busyboxVersion();
-  const baseSnapshot = `${storage.root}/shifted/busybox/${version}/${idMap.hostId}@base`;
+  const { idMap, shiftedSnapshot: baseSnapshot, plainSnapshot } = await busyboxFloorBase(host.db, storage.root, PROJECT);
   const raw = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap });
-  const rawPlain = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot: `${storage.root}/bases/busybox/${version}@base`, name: 'plain' });
+  const rawPlain = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot: plainSnapshot, name: 'plain' });
   // The floor doing the same storage work a box's root gets (for the note on where the gap is).
-  const rawSame = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap, name: 'same', sameStorageWork: { storageGb: 2, idProperty: 'boxhost:idmap' } });
+  const rawSame = new RawRunner({ dataDir: config.dataDir, hostTag: config.hostTag, zfsRoot: storage.root, baseSnapshot, idMap, name: 'same', sameStorageWork: boxStorageWork(2) });
   resources.raws.push(raw, rawPlain, rawSame);
   await raw.prepare();
   await rawPlain.prepare();
