@@ -21,6 +21,19 @@ t.test('boxes', async (t) => {
   // This host's pool only: the suite runs other files beside this one, each with its own pool.
   const zfsList = async () => (await run(['zfs', 'list', '-H', '-r', '-o', 'name', '-t', 'all', `boxhost-${host.config.hostTag}`])).stdout;
   const boxRoot = (id: string) => `/boxes/${id}`;
+  /** Renames a dataset of this host's pool, until it is done. zfs-fuse answers "busy" for a while
+   *  after a dataset was used (longer under the suite's load: 2 s of tries were not enough in
+   *  CI), and a rename whose remount fails exits 1 with the rename done: the names are looked at,
+   *  not the exit code. */
+  const moveDataset = async (from: string, to: string, ms = 60_000) => {
+    const exists = async (ds: string) => (await run(['zfs', 'list', '-H', '-o', 'name', ds], { allowFailure: true })).exitCode === 0;
+    for (const end = Date.now() + ms; Date.now() < end; await sleep(200)) {
+      if ((await exists(to)) && !(await exists(from))) return true;
+      await run(['zfs', 'umount', from], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
+      await run(['zfs', 'rename', from, to], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
+    }
+    return false;
+  };
 
   t.test('create → running; the box is a real isolated container', async (t) => {
     const accepted = await host.call('POST', `${P}/alpha/boxes`, { body: { name: 'web', environment: { GREETING: "it's me" }, tags: { tier: 'front', team: 'a' } } });
@@ -374,14 +387,9 @@ t.test('boxes', async (t) => {
   t.test('a create that fails ends failed, cleaned up, and can be deleted', async (t) => {
     const src = (await host.call('GET', `${P}/alpha/boxes/peer`)).body;
     // Break the source under the host: its dataset vanishes, so a fork of it cannot be made.
-    await host.call('POST', `${P}/alpha/boxes/peer/stop?wait=30`);
+    t.equal((await host.call('POST', `${P}/alpha/boxes/peer/stop?wait=60`)).body?.status, 'stopped', 'the source is stopped');
     const ds = (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(src.id)))!;
-    // zfs-fuse: a dataset just used is "busy" for a moment; unmount, then retry the rename.
-    for (let i = 0; i < 20; i++) {
-      await run(['zfs', 'umount', ds], { allowFailure: true });
-      if ((await run(['zfs', 'rename', ds, `${ds}-moved`], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK })).exitCode === 0) break;
-      await sleep(100);
-    }
+    t.ok(await moveDataset(ds, `${ds}-moved`), "the source's root is moved aside");
     // A stop and a resume queued behind the create (judged on the running it was to end in).
     const asked = await host.call('POST', `${P}/alpha/boxes`, { body: { name: 'doomed', fork: 'peer' } });
     t.equal(asked.status, 202);
@@ -413,7 +421,7 @@ t.test('boxes', async (t) => {
     const broken = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=90`);
     t.equal(broken.body.status, 'failed', broken.text);
     t.match(broken.body.error, /^resume failed/);
-    await run(['zfs', 'rename', `${ds}-moved`, ds], { lockFile: ZFS_FUSE_MOUNT_LOCK });
+    t.ok(await moveDataset(`${ds}-moved`, ds), 'and moved back');
     await run(['zfs', 'mount', ds], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
     const back = await host.call('POST', `${P}/alpha/boxes/peer/resume?wait=60`);
     t.equal(back.status, 200, back.text);
