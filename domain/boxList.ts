@@ -4,9 +4,8 @@ import { invalidField } from '../core/errors';
 import type { BoxList } from '../core/apiTypes';
 import { showBoxes } from './boxes';
 import { assertProject } from './access';
+import { DEFAULT_PAGE } from './paging';
 
-export const DEFAULT_PAGE = 100;
-export const MAX_PAGE = 1000;
 /** Rows read per round while tag filters drop some. */
 const SCAN_CHUNK = 500;
 

@@ -3,7 +3,7 @@ import type { NodeClient } from '../cluster/types';
 import type { BoxRecord } from '../db/repos/boxes';
 import { canExec } from '../core/box';
 import { conflict } from '../core/errors';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 
 /**
  * A running box and its node, for a call into it (files, services): 404 for a box the caller

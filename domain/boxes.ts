@@ -5,7 +5,7 @@ import { resolveBase } from './baseResolve';
 import { operationsRepo, type OperationRow } from '../db/repos/operations';
 import { newBoxId, now } from '../core/ids';
 import { allowed, BoxAction, BoxStatus, canFork, canUpdate, describeState, projectedStatus, RootSource, TRANSITIONS } from '../core/box';
-import { BoxhostError, conflict, invalidField, notFound } from '../core/errors';
+import { BoxhostError, conflict, invalidField } from '../core/errors';
 import type { Box, Publish } from '../core/apiTypes';
 import { publishesRepo } from '../db/repos/publishes';
 import { toPublish, urlSettings } from './publishView';
@@ -20,6 +20,7 @@ import { putPublish, type PublishRequest } from './publishes';
 import type { JobMessage } from '../jobs/types';
 import type { Accepted } from './operations';
 import { assertProject } from './access';
+import { boxPath, loadBox } from './boxRef';
 import { assertAddressRoom, assertQuota, ensureProject, nodesWithoutAddress } from './projects';
 import { checkAttach, recordAttach, volumesOf } from './volumeAttach';
 import { volumesRepo } from '../db/repos/volumes';
@@ -48,7 +49,6 @@ export interface UpdateBoxRequest {
   termination_grace_period_seconds?: number;
 }
 
-export const boxPath = (project: string, name: string) => `/v1/projects/${project}/boxes/${name}`;
 
 /**
  * The Box of the spec, plus `error`, `address`, `fork` and `node` (additions are allowed). A box
@@ -92,12 +92,6 @@ export async function showBoxes(ctx: DomainContext, boxes: BoxRecord[]): Promise
 
 export const showBox = async (ctx: DomainContext, box: BoxRecord): Promise<Box> => (await showBoxes(ctx, [box]))[0];
 
-export async function loadBox(ctx: Pick<DomainContext, 'db'>, identity: Identity, project: string, name: string, opts: { lock?: boolean } = {}): Promise<BoxRecord> {
-  assertProject(identity, project, `box ${project}/${name}`);
-  const box = await boxesRepo.get(ctx.db, project, name, opts);
-  if (!box) throw notFound(`box ${project}/${name}`);
-  return box;
-}
 
 /** Reads a box again as the api shows it (null once gone): what an accepted operation answers. */
 export const reload = (ctx: DomainContext, id: string) => async () => {

@@ -10,7 +10,8 @@ import { operationsRepo, isFinished, type OperationRow } from '../db/repos/opera
 import { outputsRepo, secretOwner } from '../db/repos/outputs';
 import { boxJobs } from '../jobs/boxJobs';
 import { deployJobs, type PlannedPublish, type RetirePayload } from '../jobs/packDeploy';
-import { enqueueBoxJob, loadBox, pendingActions, reload } from './boxes';
+import { enqueueBoxJob, pendingActions, reload } from './boxes';
+import { loadBox } from './boxRef';
 import { projectedStatus } from '../core/box';
 import { createInstance } from './instances';
 import { pinnedRevision, revisionNamed } from './packs';

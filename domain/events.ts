@@ -5,7 +5,7 @@ import { invalidField } from '../core/errors';
 import { eventsRepo, type EventRow } from '../db/repos/events';
 import { BOX_EVENT_KINDS } from '../core/apiTypes';
 import { assertProject } from './access';
-import { DEFAULT_PAGE } from './boxList';
+import { DEFAULT_PAGE } from './paging';
 
 /** The query of `GET /v1/events` (DESIGN.md §4); pages like boxes (§6). */
 export interface ListEventsQuery {

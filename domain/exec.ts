@@ -5,7 +5,7 @@ import { BoxhostError, conflict } from '../core/errors';
 import { canExec, DEFAULT_EXEC_TIMEOUT_SECS } from '../core/box';
 import type { Config } from '../core/config';
 import type { ExecResult } from '../core/apiTypes';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 
 export interface ExecRequest {
   command: string[];

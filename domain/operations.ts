@@ -5,9 +5,9 @@ import { invalidField, notFound, timeoutError } from '../core/errors';
 import type { Operation, OperationList } from '../core/apiTypes';
 import type { OperationStatus } from '../db/repos/operations';
 import { boxesRepo } from '../db/repos/boxes';
-import { boxPath } from './boxes';
+import { boxPath } from './boxRef';
 import { assertProject, canSeeProject } from './access';
-import { DEFAULT_PAGE } from './boxList';
+import { DEFAULT_PAGE } from './paging';
 
 /** A job-backed request taken: its operation, and how to read the resource it works on (null
  *  once the operation removed it). The api answers 202 with both (or waits, with `?wait`). */

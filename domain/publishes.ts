@@ -9,7 +9,7 @@ import { boxesRepo, BoxRecord } from '../db/repos/boxes';
 import { PublishRow, publishesRepo } from '../db/repos/publishes';
 import { publishRowOf, toPublish } from './publishView';
 import type { DomainContext, Identity } from './context';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 
 /**
  * Publishes (DESIGN.md §4, docs/services.md "Publishing"): a port of a box, or of one of its

@@ -8,7 +8,7 @@ export { READY_TIMEOUT_DEFAULT_S, checkStart } from '../core/services';
 import { publishesRepo } from '../db/repos/publishes';
 import type { BoxRecord } from '../db/repos/boxes';
 import { runningBox } from './boxNode';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 import { checkPublishName, putPublish, removeServicePublish } from './publishes';
 import { toPublish } from './publishView';
 import { serviceCommands } from './serviceCommands';

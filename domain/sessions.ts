@@ -9,7 +9,7 @@ export type { ExecSession, ExecSessionRequest };
 export const relaySession = (ws: WebSocket, session: ExecSession): void => bridgeSession(ws, session);
 import { canExec } from '../core/box';
 import { conflict } from '../core/errors';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 import type { ExecSlots } from './exec';
 
 /**

@@ -8,7 +8,8 @@ import { operationsRepo } from '../db/repos/operations';
 import { canSnapshot, describeState, projectedStatus } from '../core/box';
 import { BoxhostError, conflict, notFound } from '../core/errors';
 import { boxJobs, boxSnapshotJob, BoxRestorePayload, BoxSnapshotPayload } from '../jobs/boxJobs';
-import { enqueueBoxJob, loadBox, pendingActions, queueBoxAction, reload } from './boxes';
+import { enqueueBoxJob, pendingActions, queueBoxAction, reload } from './boxes';
+import { loadBox } from './boxRef';
 import type { Accepted } from './operations';
 import type { Box } from '../core/apiTypes';
 

@@ -3,7 +3,7 @@ import type { RunVerbRequest, VerbResult } from '../core/apiTypes';
 import { BoxhostError, conflict, invalid, notFound } from '../core/errors';
 import { newId, now } from '../core/ids';
 import { eventsRepo } from '../db/repos/events';
-import { loadBox } from './boxes';
+import { loadBox } from './boxRef';
 import { execInBox, type ExecOptions } from './exec';
 import { pinnedRevision } from './packs';
 

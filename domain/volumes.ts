@@ -12,7 +12,8 @@ import { dataJobs, volumeTurnKey } from '../jobs/dataJobs';
 import type { JobMessage } from '../jobs/types';
 import type { OperationRow } from '../db/repos/operations';
 import { assertQuota, ensureProject } from './projects';
-import { loadBox, pendingActions, showBox } from './boxes';
+import { pendingActions, showBox } from './boxes';
+import { loadBox } from './boxRef';
 import type { Accepted } from './operations';
 
 /**

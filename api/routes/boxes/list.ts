@@ -1,7 +1,8 @@
 import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { NAME_PATTERN } from '../../http/schemas';
-import { listBoxes, ListBoxesQuery, MAX_PAGE } from '../../../domain/boxList';
+import { listBoxes, ListBoxesQuery } from '../../../domain/boxList';
+import { MAX_PAGE } from '../../../domain/paging';
 import { boxSchema } from './schemas';
 
 export default defineRoute<unknown, ListBoxesQuery, { project: string }>({

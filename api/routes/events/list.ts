@@ -2,7 +2,7 @@ import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { timestamp } from '../../http/schemas';
 import { listEvents, ListEventsQuery } from '../../../domain/events';
-import { MAX_PAGE } from '../../../domain/boxList';
+import { MAX_PAGE } from '../../../domain/paging';
 import { eventFilters, eventSchema } from './schemas';
 
 export default defineRoute<unknown, ListEventsQuery>({

@@ -2,7 +2,7 @@ import Joi from 'joi';
 import { defineRoute } from '../../http/route';
 import { name } from '../../http/schemas';
 import { listOperations, ListOperationsQuery } from '../../../domain/operations';
-import { MAX_PAGE } from '../../../domain/boxList';
+import { MAX_PAGE } from '../../../domain/paging';
 import { operationSchema, OPERATION_STATUSES } from './schemas';
 
 const statusList = new RegExp(`^(${OPERATION_STATUSES.join('|')})(,(${OPERATION_STATUSES.join('|')}))*$`);
