@@ -12,7 +12,7 @@ import { startAgent } from '../workers/agent/server';
 import { createMockDrivers } from '../workers/mockDrivers';
 import type { ContainerSpec } from '../workers/drivers';
 import type { RuncRuntime } from '../workers/runtime/runc';
-import { readBufferCounts } from '../workers/runtime/boxd/client';
+import { readBufferCounts } from '../workers/runtime/boxd/largeReads';
 import { run } from '../core/command';
 import { startTestHost, TestHost } from './helpers/host';
 

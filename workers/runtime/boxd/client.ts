@@ -1,29 +1,15 @@
 import net from 'node:net';
-import os from 'node:os';
-import { Readable, Writable } from 'node:stream';
-import { BufferPool, type Lease } from '../../../core/bufferLease';
-import { EXEC_LET_GO, type ExecProcess } from '../../drivers';
-import { BoxAgentUnavailableError, BoxFileError, BoxServiceError, ExecInputError } from '../../errors';
-import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, STDIN_FRAME, STDIN_WINDOW, textField, writeFrame } from './protocol';
+import { Readable } from 'node:stream';
+import type { Lease } from '../../../core/bufferLease';
+import type { ExecProcess } from '../../drivers';
+import { BoxAgentUnavailableError } from '../../errors';
+import { asAgentError, connectionError, failure, MAX_PID, requestOf } from './answers';
+import { largeReadsInto } from './largeReads';
+import { openExec } from './execSession';
+import { BOXD_PROTOCOL, BoxdExecRequest, BoxdProtocolError, BoxFileInfo, DecodedFrame, encodeFrame, Frame, FrameDecoder, fileInfo, frameJson, intField, MAX_FRAME, textField, writeFrame } from './protocol';
 
 /** How long boxd has to answer a request (a started, hello or ok frame). */
 export const BOXD_ANSWER_TIMEOUT_MS = 10_000;
-/** Past an exec's own timeout, how long boxd has to report the kill before it counts as wedged. */
-const TIMEOUT_GRACE_MS = 10_000;
-/** After an abort, how long boxd has to report the kill before the exec is given up on. */
-const ABORT_GRACE_MS = 5_000;
-/** The largest pid a Linux pid namespace hands out. */
-const MAX_PID = 4_194_304;
-
-/** A connection to boxd failed before it was made (no socket, nobody listening). */
-export class BoxdUnreachableError extends BoxAgentUnavailableError {
-  constructor(
-    message: string,
-    readonly code: string,
-  ) {
-    super(message);
-  }
-}
 
 export interface BoxdHello {
   protocol: number;
@@ -33,53 +19,6 @@ export interface BoxdHello {
 
 /** What a connection to boxd may hold unsent before its writer waits (a frame's worth). */
 export const SOCKET_WRITE_BUFFER = MAX_FRAME;
-
-/** A file read's socket is read up to LARGE_READ at a time (boxd holds up to 4 MiB in flight on
- *  it); a read shorter than KEEP_READ is copied out and its buffer used again, so a piece
- *  handed on never holds more than twice its size. */
-const LARGE_READ = 1 << 20;
-const KEEP_READ = LARGE_READ / 2;
-/** The read buffers of every file read of this process, 16 MiB of them kept idle at most. */
-const readPool = new BufferPool(LARGE_READ, 16);
-
-/** How the file reads' buffers were had: allocated, or used again (tests, diagnostics). */
-export function readBufferCounts(): { made: number; reused: number; idle: number } {
-  return { made: readPool.made, reused: readPool.reused, idle: readPool.idleCount };
-}
-
-/**
- * Reads of a file's stream, up to 1 MiB at a time into buffers of the node's own (net.Socket's
- * `onread`), where a socket's reads are 64 KiB each: a 256 MiB download took 4096 reads, 4096
- * stream pushes and 4096 writes to the client's socket, and the node's CPU for it halved with
- * 1 MiB reads (docs/decisions.md "A file read's socket is read 1 MiB at a time"). A read of
- * half a buffer or more is handed on in place: `onChunk` gets its lease, to lend the pieces it
- * hands on (core/bufferLease.ts), and the buffer comes back to the pool once they are all
- * released (docs/decisions.md "Download buffers are used again"). A shorter one (a slow
- * reader, the head frame, the tail) is copied out at its size and the buffer kept, so a
- * trickle does not pin 1 MiB per piece. `keeps()`: whether the decoder still holds bytes of
- * the last read (a frame begun), which then must not be read over. (Exported for its tests.)
- */
-export function largeReadsInto(onChunk: (b: Buffer, lease?: Lease) => void, keeps: () => boolean): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void; end: () => void } {
-  let next: Lease | null = null;
-  return {
-    buffer: () => (next ??= readPool.take()).buffer,
-    callback: (n, b) => {
-      const lease = next!;
-      if (n < KEEP_READ) {
-        onChunk(Buffer.from(b.subarray(0, n)));
-        return;
-      }
-      next = null;
-      onChunk(b.subarray(0, n), lease);
-      lease.close(!keeps());
-    },
-    // The socket is closed: the buffer it would have read into next goes back.
-    end: () => {
-      next?.close(true);
-      next = null;
-    },
-  };
-}
 
 /** The node's side of one box's boxd, reached through the socket the node made at start. */
 export class BoxdClient {
@@ -332,178 +271,13 @@ export class BoxdClient {
   }
 
   /**
-   * Starts a process whose streams flow as it runs (see ExecProcess). Errors (the box's agent
-   * unreachable, a cwd that cannot be entered) reject `exited`. Aborting `signal` kills the
-   * process and its group: exit code 137.
+   * Starts a process whose streams flow as it runs (see ExecProcess; execSession.ts). Aborting
+   * `signal` kills the process and its group: exit code 137.
    */
   exec(req: BoxdExecRequest, signal?: AbortSignal): ExecProcess {
-    let first: Buffer;
-    try {
-      first = encodeFrame(Frame.exec, req);
-    } catch {
-      throw new ExecInputError(`the command, its environment and arguments pass ${MAX_FRAME} bytes`, 'command');
-    }
-    const sock = net.createConnection(this.socketPath);
-    sock.on('error', () => undefined); // replaced below; never an unhandled 'error'
-    const decoder = new FrameDecoder();
-    let connected = false;
-    let finished = false;
-    let pid = 0;
-    let started = false;
-    let lastTyped = 0x0a;
-    let resolvePid!: (pid: number) => void;
-    const pidKnown = new Promise<number>((r) => (resolvePid = r));
-    const stdout = new Readable({ read: () => sock.resume() });
-    const stderr = new Readable({ read: () => sock.resume() });
-    const send = (f: Buffer, cb?: () => void) => {
-      if (sock.destroyed || finished) return cb?.();
-      sock.write(f, () => cb?.());
-    };
-    // stdin: at most STDIN_WINDOW bytes sent and not acknowledged (boxd acks what it has
-    // written to the process), so a process that does not read holds the writer here.
-    let unacked = 0;
-    let windowOpen: (() => void) | null = null;
-    const roomFor = async (n: number) => {
-      while (unacked + n > STDIN_WINDOW && !finished && !sock.destroyed) await new Promise<void>((r) => (windowOpen = r));
-    };
-    const acked = (n: number) => {
-      unacked = Math.max(0, unacked - n);
-      const w = windowOpen;
-      windowOpen = null;
-      w?.();
-    };
-    const stdin = !req.stdin
-      ? null
-      : new Writable({
-          write(chunk: Buffer, _enc, cb) {
-            if (chunk.length) lastTyped = chunk[chunk.length - 1];
-            void (async () => {
-              for (let i = 0; i < chunk.length; i += STDIN_FRAME) {
-                const part = chunk.subarray(i, i + STDIN_FRAME);
-                await roomFor(part.length);
-                if (finished || sock.destroyed) break;
-                unacked += part.length;
-                send(encodeFrame(Frame.stdin, part));
-              }
-              cb();
-            })();
-          },
-          final(cb) {
-            // A terminal's end is typed: ^D (twice after a partial line: the first ends it).
-            if (req.tty) send(encodeFrame(Frame.stdin, lastTyped === 0x0a ? '\x04' : '\x04\x04'), () => cb());
-            else send(encodeFrame(Frame.stdinEof), () => cb());
-          },
-        });
-
-    let settle!: { resolve: (v: { exitCode: number; timedOut: boolean }) => void; reject: (e: Error) => void };
-    const exited = new Promise<{ exitCode: number; timedOut: boolean }>((resolve, reject) => (settle = { resolve, reject }));
-    exited.catch(() => undefined); // the caller may look later: not an unhandled rejection
-
-    let abortTimer: NodeJS.Timeout | undefined;
-    const onAbort = () => {
-      if (req.noHup && signal?.reason === EXEC_LET_GO) {
-        // Let go: boxd leaves the process running once the connection is gone.
-        end();
-        settle.resolve({ exitCode: -1, timedOut: false });
-        return;
-      }
-      send(encodeFrame(Frame.signal, { signal: 9, group: true }));
-      abortTimer ??= setTimeout(() => fail(new BoxAgentUnavailableError('boxd did not end an aborted process')), ABORT_GRACE_MS);
-    };
-    const answerTimer = setTimeout(() => fail(new BoxAgentUnavailableError(`boxd did not start the process within ${this.answerTimeoutMs} ms`)), this.answerTimeoutMs);
-    // boxd sends the exit after the output: while a slow reader holds the output back (the
-    // socket paused), the exit waiting behind it is no sign of a wedged agent.
-    const wedged = (): void => {
-      if (sock.isPaused() && !finished) wedgedTimer = setTimeout(wedged, TIMEOUT_GRACE_MS);
-      else fail(new BoxAgentUnavailableError('boxd did not end a process past its timeout'));
-    };
-    let wedgedTimer = req.timeoutMs > 0 ? setTimeout(wedged, req.timeoutMs + TIMEOUT_GRACE_MS) : undefined;
-    const end = () => {
-      finished = true;
-      clearTimeout(answerTimer);
-      clearTimeout(wedgedTimer);
-      clearTimeout(abortTimer);
-      signal?.removeEventListener('abort', onAbort);
-      acked(Infinity);
-      resolvePid(pid);
-      stdout.push(null);
-      stderr.push(null);
-      sock.destroy();
-    };
-    const fail = (e: Error) => {
-      if (finished) return;
-      end();
-      settle.reject(e);
-    };
-    const handle = (f: DecodedFrame) => {
-      switch (f.type) {
-        case Frame.started:
-          started = true;
-          clearTimeout(answerTimer);
-          pid = intField(frameJson(f), 'pid', 0, MAX_PID);
-          resolvePid(pid);
-          return;
-        case Frame.stdout:
-        case Frame.stderr:
-          // Not paused before `started`: the caller takes no output before it knows the pid,
-          // and a boxd before 1.3.1 could send output first (a flood then filled the socket
-          // ahead of `started`, and the exec answered 503 at the answer timeout).
-          if (!(f.type === Frame.stdout ? stdout : stderr).push(f.payload) && started) sock.pause();
-          return;
-        case Frame.exit: {
-          const o = frameJson(f);
-          const code = intField(o, 'code', 0, 255 + 128);
-          const timedOut = o.timedOut === true;
-          end();
-          settle.resolve({ exitCode: code, timedOut });
-          return;
-        }
-        case Frame.stdinAck:
-          acked(intField(frameJson(f), 'n', 0, MAX_FRAME));
-          return;
-        case Frame.error:
-          fail(failure(frameJson(f), requestOf(first)));
-          return;
-        default:
-          throw new BoxdProtocolError(`boxd sent '${f.type}' during an exec`);
-      }
-    };
-    // The request goes first: stdin written before the connection is made queues behind it.
-    sock.write(first);
-    sock.on('connect', () => (connected = true));
-    sock.on('data', (chunk: Buffer) => {
-      try {
-        for (const f of decoder.push(chunk)) {
-          if (finished) return;
-          handle(f);
-        }
-      } catch (e) {
-        fail(asAgentError(e));
-      }
-    });
-    sock.on('error', (e: NodeJS.ErrnoException) => fail(connectionError(connected, e)));
-    sock.on('close', () => fail(new BoxAgentUnavailableError('boxd closed the connection before the process ended')));
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener('abort', onAbort, { once: true });
-
-    return {
-      stdin,
-      stdout,
-      stderr,
-      pid: () => pidKnown,
-      async resize(cols, rows) {
-        if (!req.tty) return;
-        if (![cols, rows].every((n) => Number.isInteger(n) && n > 0 && n <= 0xffff)) throw new RangeError('cols and rows must be integers from 1 to 65535');
-        send(encodeFrame(Frame.resize, { cols, rows }));
-      },
-      signal(sig) {
-        const n = os.constants.signals[sig];
-        if (n === undefined) throw new RangeError(`unknown signal ${sig}`);
-        send(encodeFrame(Frame.signal, { signal: n, group: false }));
-      },
-      exited,
-    };
+    return openExec(this.socketPath, this.answerTimeoutMs, req, signal);
   }
+
 }
 
 /** Resolves when the socket takes more writes, or closes (its listeners gone either way). */
@@ -519,48 +293,3 @@ function drained(sock: net.Socket): Promise<void> {
   });
 }
 
-/** A socket error: before the connection was made boxd is unreachable (the box may not run);
- *  after, the agent failed mid-way. */
-function connectionError(connected: boolean, e: NodeJS.ErrnoException): Error {
-  if (connected) return new BoxAgentUnavailableError(`boxd connection failed: ${e.code ?? e.message}`);
-  return new BoxdUnreachableError(`boxd cannot be reached (${e.code ?? e.message})`, e.code ?? 'EUNKNOWN');
-}
-
-function asAgentError(e: unknown): Error {
-  if (e instanceof BoxdProtocolError) return new BoxAgentUnavailableError(`boxd broke the protocol: ${e.message}`);
-  return e instanceof Error ? e : new Error(String(e));
-}
-
-/** A failure frame as the error the drivers share. */
-/** The request a connection's first frame names. */
-function requestOf(first: Buffer): string {
-  return String.fromCharCode(first[0]);
-}
-
-function failure(o: Record<string, unknown>, request: string): Error {
-  const message = textField(o, 'message');
-  const service = request === Frame.service;
-  const execField = ['command', 'cwd', 'env', 'user', 'timeout'].includes(String(o.field)) ? (o.field as ExecInputError['field']) : null;
-  switch (o.kind) {
-    case 'cwd':
-      return new ExecInputError(message || 'the working directory cannot be entered', 'cwd');
-    case 'not_found':
-      if (service) return new BoxServiceError('not_found', message || 'no such service', 'name');
-      return new BoxFileError(o.kind, message || String(o.kind));
-    case 'exists':
-    case 'busy':
-    case 'permission':
-    case 'invalid':
-    case 'no_space':
-      return new BoxFileError(o.kind, message || String(o.kind));
-    case 'conflict':
-      if (service) return new BoxServiceError('conflict', message || 'conflict', textField(o, 'field', 64));
-      break;
-    case 'input':
-      if (o.field === 'path' || o.field === 'mode') return new BoxFileError('input', message || 'invalid file request');
-      // A service's user, cwd and command fail as an exec's would; its other fields are its own.
-      if (service && !execField) return new BoxServiceError('input', message || 'invalid service request', textField(o, 'field', 64));
-      return new ExecInputError(message || 'invalid exec request', execField ?? 'command');
-  }
-  return new BoxAgentUnavailableError(`boxd could not serve the request: ${message || String(o.kind)}`);
-}
