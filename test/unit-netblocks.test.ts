@@ -23,7 +23,8 @@ import { NodeDirectory } from '../domain/nodes';
 import { assertAddressRoom, ensureProject, nodesWithoutAddress } from '../domain/projects';
 import { publicReason } from '../jobs/publicReason';
 import { keyQuotaFor } from '../workers/keyQuota';
-import { canonicalCidr, CniNetwork } from '../workers/network/cni';
+import { CniNetwork } from '../workers/network/cni';
+import { canonicalCidr } from '../workers/network/firewall';
 import { layoutChanged, readLayout, writeLayout } from '../workers/network/layoutLock';
 import { MockNetwork } from '../workers/network/mock';
 

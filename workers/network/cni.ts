@@ -2,9 +2,10 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CommandError, run } from '../../core/command';
-import { defaultProjectPrefix, formatIpv4, LINK_LOCAL, NetLayout, parseIpv4 } from '../../core/netblocks';
+import { defaultProjectPrefix, NetLayout } from '../../core/netblocks';
 import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
 import { SourceRules } from './sourceRules';
+import { HostChains, outboundRefusals } from './firewall';
 import { ensureNetnsDir } from '../runtime/netnsDir';
 import { checkLayout, LayoutState, lockLayout } from './layoutLock';
 import { assertSubnetFree } from './subnetClash';
@@ -14,7 +15,6 @@ import { boxNet, type BoxNetRequest } from '../../core/spawner';
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 export const CNI_VERSION = '1.0.0';
 const NETNS_DIR = '/run/netns';
-/** Link-local, where cloud metadata services answer (169.254.169.254). */
 /** A release takes milliseconds; a mark older than this was left by a process that died. */
 const RELEASE_MARK_TTL_MS = 60_000;
 
@@ -74,8 +74,7 @@ export class CniNetwork implements NetworkDriver {
   private readonly releaseDir: string;
   private readonly protectedDestinations: () => Promise<string[]>;
   private readonly logger?: DriverLogger;
-  private iptablesBin?: string;
-  private ip6tablesBin?: string | null;
+  private readonly chains: HostChains;
   private readonly guard: PortGuard;
 
   constructor(opts: CniNetworkOptions) {
@@ -90,6 +89,7 @@ export class CniNetwork implements NetworkDriver {
     this.protectedDestinations = opts.protectedDestinations ?? (async () => []);
     this.logger = opts.logger;
     this.guard = new PortGuard(this.portTable, this.logger);
+    this.chains = new HostChains(this.hostTag, this.logger);
   }
 
   // ---------------------------------------------------------------- naming
@@ -137,55 +137,32 @@ export class CniNetwork implements NetworkDriver {
     return path.join(NETNS_DIR, this.netnsName(boxId));
   }
 
+  /** The iptables chains of this tag (firewall.ts), by name. */
   get chainIn(): string {
-    return `BH-${this.hostTag}-IN`;
+    return this.chains.chainIn;
   }
   get chainFwd(): string {
-    return `BH-${this.hostTag}-FWD`;
+    return this.chains.chainFwd;
   }
-  /** Per-bridge source checks (one rule per live project bridge). */
   get chainSrc(): string {
-    return `BH-${this.hostTag}-SRC`;
+    return this.chains.chainSrc;
   }
-  /** Destinations refused to outbound traffic (only with `outbound`). */
   get chainOut(): string {
-    return `BH-${this.hostTag}-OUT`;
+    return this.chains.chainOut;
   }
   get chainNat(): string {
-    return `BH-${this.hostTag}-NAT`;
+    return this.chains.chainNat;
   }
-  /** Which build boxes may reach the node's package-source proxy (sourceRules.ts). */
   get chainPkg(): string {
-    return `BH-${this.hostTag}-PKG`;
+    return this.chains.chainPkg;
   }
   private get sourceRules(): SourceRules {
-    return new SourceRules(() => this.iptables(), this.chainPkg);
+    return new SourceRules(() => this.chains.iptables(), this.chainPkg);
   }
 
   /** The nftables table (family bridge) of the port guard (`portGuard.ts`). */
   get portTable(): string {
     return `boxhost_${this.hostTag}`;
-  }
-
-  // ---------------------------------------------------------------- firewall
-
-  private async iptables(): Promise<string> {
-    if (this.iptablesBin) return this.iptablesBin;
-    // Debian 12 defaults to the nf_tables backend; fall back to legacy where that is broken.
-    for (const bin of ['iptables', 'iptables-nft', 'iptables-legacy']) {
-      const res = await run([bin, '-w', '-t', 'filter', '-L', 'INPUT', '-n'], { allowFailure: true }).catch(() => null);
-      if (res && res.exitCode === 0) return (this.iptablesBin = bin);
-    }
-    throw new Error('no working iptables found (tried iptables, iptables-nft, iptables-legacy)');
-  }
-
-  private async ip6tables(): Promise<string | null> {
-    if (this.ip6tablesBin !== undefined) return this.ip6tablesBin;
-    const v4 = await this.iptables();
-    const bin = v4.replace(/^iptables/, 'ip6tables');
-    const res = await run([bin, '-w', '-t', 'filter', '-L', 'INPUT', '-n'], { allowFailure: true }).catch(() => null);
-    this.ip6tablesBin = res && res.exitCode === 0 ? bin : null;
-    return this.ip6tablesBin;
   }
 
   /**
@@ -209,116 +186,11 @@ export class CniNetwork implements NetworkDriver {
     await writeSysctl('/proc/sys/net/bridge/bridge-nf-call-ip6tables', '1', this.logger);
     if (this.outbound) await writeSysctl('/proc/sys/net/ipv4/ip_forward', '1', this.logger);
 
-    const ipt = await this.iptables();
-    const br = `${this.bridgePrefix}+`;
-    await this.syncBridgeRules(ipt);
-    // Emptied: a build whose node restarts is run again from a fresh box, which opens its own.
-    await this.ensureChain(ipt, 'filter', this.chainPkg, []);
-    await this.ensureChain(ipt, 'filter', this.chainIn, [
-      ['-j', this.chainSrc],
-      // A build box whose script runs reaches the package-source proxy (openSources).
-      ['-j', this.chainPkg],
-      ['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT'],
-      ['-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
-      ['-j', 'DROP'],
-    ]);
-    if (this.outbound) await this.ensureChain(ipt, 'filter', this.chainOut, await this.outboundRefusals());
-    const fwd: string[][] = [
-      ['-i', br, '-j', this.chainSrc],
-      // Same bridge = same project: bridged, not routed.
-      ['-m', 'physdev', '--physdev-is-bridged', '-j', 'ACCEPT'],
-      // Routed from one project bridge to another (TCP is reset: callers fail fast).
-      ['-i', br, '-o', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
-      ['-i', br, '-o', br, '-j', 'DROP'],
-    ];
-    // Before the ESTABLISHED accept: a destination protected at this start is cut at once,
-    // flows already open to it included.
-    if (this.outbound) fwd.push(['-i', br, '!', '-o', br, '-j', this.chainOut]);
-    fwd.push(['-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'ACCEPT']);
-    if (this.outbound) fwd.push(['-i', br, '!', '-o', br, '-j', 'ACCEPT']);
-    fwd.push(['-i', br, '-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset']);
-    fwd.push(['-j', 'DROP']);
-    await this.ensureChain(ipt, 'filter', this.chainFwd, fwd);
-    await this.ensureHook(ipt, 'filter', 'INPUT', ['-i', br, '-j', this.chainIn]);
-    await this.ensureHook(ipt, 'filter', 'FORWARD', ['-i', br, '-j', this.chainFwd]);
-    await this.ensureHook(ipt, 'filter', 'FORWARD', ['-o', br, '-j', this.chainFwd]);
-
-    if (this.outbound) {
-      await this.ensureChain(ipt, 'nat', this.chainNat, [['-s', this.boxSubnet, '!', '-d', this.boxSubnet, '-j', 'MASQUERADE']]);
-      await this.ensureHook(ipt, 'nat', 'POSTROUTING', ['-j', this.chainNat]);
-    } else {
-      await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
-      // FORWARD no longer jumps to it (rewritten above).
-      await this.removeChain(ipt, 'filter', this.chainOut, []);
-    }
-
-    const ip6 = await this.ip6tables();
-    if (ip6) {
-      await this.ensureChain(ip6, 'filter', this.chainIn, [['-j', 'DROP']]);
-      await this.ensureChain(ip6, 'filter', this.chainFwd, [['-m', 'physdev', '--physdev-is-bridged', '-j', 'ACCEPT'], ['-j', 'DROP']]);
-      await this.ensureHook(ip6, 'filter', 'INPUT', ['-i', br, '-j', this.chainIn]);
-      await this.ensureHook(ip6, 'filter', 'FORWARD', ['-i', br, '-j', this.chainFwd]);
-      await this.ensureHook(ip6, 'filter', 'FORWARD', ['-o', br, '-j', this.chainFwd]);
-    }
+    await this.syncBridgeRules(await this.chains.iptables());
+    const refusals = this.outbound ? outboundRefusals(this.boxSubnet, await this.protectedDestinations(), this.logger) : [];
+    await this.chains.write({ bridgePrefix: this.bridgePrefix, boxSubnet: this.boxSubnet, outbound: this.outbound, refusals });
 
     await this.syncPortTable();
-  }
-
-  /**
-   * What the `-OUT` chain refuses, in `iptables -S` form: link-local (cloud metadata), the box
-   * subnet itself when routed away from this host (other nodes' boxes use the same subnet),
-   * then the protected destinations. REJECT (admin-prohibited) so that a box fails fast.
-   */
-  private async outboundRefusals(): Promise<string[][]> {
-    const dests = [LINK_LOCAL, this.boxSubnet];
-    for (const d of await this.protectedDestinations()) {
-      if (d.includes(':')) continue;
-      const cidr = canonicalCidr(d);
-      if (!cidr) throw new Error(`protected destination ${JSON.stringify(d)} is not an IPv4 address or CIDR`);
-      if (!dests.includes(cidr)) dests.push(cidr);
-    }
-    this.logger?.debug({ dests }, 'outbound refused to');
-    return dests.map((d) => ['-d', d, '-j', 'REJECT', '--reject-with', 'icmp-admin-prohibited']);
-  }
-
-  private async ensureChain(bin: string, table: string, chain: string, rules: string[][]): Promise<void> {
-    await this.makeChain(bin, table, chain);
-    // Build the wanted rules, then compare with what is there: rewrite only on a difference,
-    // so that an init on a live host does not open a window without rules.
-    const want = rules.map((r) => r.join(' '));
-    const have = await this.chainRules(bin, table, chain);
-    if (have !== null && sameRules(have, rules)) return;
-    await run([bin, '-w', '-t', table, '-F', chain]);
-    for (const r of rules) await run([bin, '-w', '-t', table, '-A', chain, ...r]);
-    this.logger?.debug({ table, chain, rules: want }, 'firewall chain written');
-  }
-
-  private async makeChain(bin: string, table: string, chain: string): Promise<void> {
-    const made = await run([bin, '-w', '-t', table, '-N', chain], { allowFailure: true });
-    if (made.exitCode !== 0 && !/exists/i.test(made.stderr)) throw new CommandError([bin, '-t', table, '-N', chain], made.exitCode, made.stdout, made.stderr);
-  }
-
-  private async chainRules(bin: string, table: string, chain: string): Promise<string[] | null> {
-    const res = await run([bin, '-w', '-t', table, '-S', chain], { allowFailure: true });
-    if (res.exitCode !== 0) return null;
-    return res.stdout.split('\n').filter((l) => l.startsWith(`-A ${chain} `)).map((l) => l.slice(`-A ${chain} `.length));
-  }
-
-  private async ensureHook(bin: string, table: string, builtin: string, rule: string[]): Promise<void> {
-    const check = await run([bin, '-w', '-t', table, '-C', builtin, ...rule], { allowFailure: true });
-    if (check.exitCode === 0) return;
-    await run([bin, '-w', '-t', table, '-I', builtin, '1', ...rule]);
-  }
-
-  private async removeChain(bin: string, table: string, chain: string, hooks: [string, string[]][]): Promise<void> {
-    for (const [builtin, rule] of hooks) {
-      for (let i = 0; i < 20; i++) {
-        const res = await run([bin, '-w', '-t', table, '-D', builtin, ...rule], { allowFailure: true });
-        if (res.exitCode !== 0) break;
-      }
-    }
-    await run([bin, '-w', '-t', table, '-F', chain], { allowFailure: true });
-    await run([bin, '-w', '-t', table, '-X', chain], { allowFailure: true });
   }
 
   /** The source check of one project bridge, in `iptables -S` form. */
@@ -333,8 +205,8 @@ export class CniNetwork implements NetworkDriver {
    * exists: a rule read here whose bridge is then missing belongs to a released bridge.
    */
   private async syncBridgeRules(ipt: string): Promise<void> {
-    await this.makeChain(ipt, 'filter', this.chainSrc);
-    const have = (await this.chainRules(ipt, 'filter', this.chainSrc)) ?? [];
+    await this.chains.makeChain(ipt, 'filter', this.chainSrc);
+    const have = (await this.chains.chainRules(ipt, 'filter', this.chainSrc)) ?? [];
     const live = await this.liveBridges();
     const want = new Set(live.map((i) => this.bridgeRule(i).join(' ')));
     const kept = new Set<string>();
@@ -426,7 +298,7 @@ export class CniNetwork implements NetworkDriver {
     const ifindex = (await fs.promises.readFile(`/sys/class/net/${this.bridgeName(index)}/ifindex`, 'utf8').catch(() => '')).trim();
     if (ifindex && this.guarded.get(index) === ifindex) return;
     await this.bridgeSysctls(index);
-    const ipt = await this.iptables();
+    const ipt = await this.chains.iptables();
     const rule = this.bridgeRule(index);
     const check = await run([ipt, '-w', '-t', 'filter', '-C', this.chainSrc, ...rule], { allowFailure: true });
     if (check.exitCode !== 0) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...rule]);
@@ -831,7 +703,7 @@ export class CniNetwork implements NetworkDriver {
       if (ports.length > 0) return false;
       const del = await run(['ip', 'link', 'delete', name, 'type', 'bridge'], { allowFailure: true });
       if (del.exitCode !== 0 && (await exists(`/sys/class/net/${name}`))) throw new CommandError(['ip', 'link', 'delete', name], del.exitCode, del.stdout, del.stderr);
-      const ipt = await this.iptables();
+      const ipt = await this.chains.iptables();
       for (let i = 0; i < 20; i++) {
         const res = await run([ipt, '-w', '-t', 'filter', '-D', this.chainSrc, ...this.bridgeRule(net.index)], { allowFailure: true });
         if (res.exitCode !== 0) break;
@@ -854,54 +726,11 @@ export class CniNetwork implements NetworkDriver {
     for (const i of await this.ipamIndexes()) {
       await run(['ip', 'link', 'delete', `${this.bridgePrefix}${i}`, 'type', 'bridge'], { allowFailure: true });
     }
-    const br = `${this.bridgePrefix}+`;
-    const ipt = await this.iptables().catch(() => null);
-    const ip6 = await this.ip6tables().catch(() => null);
-    for (const tool of [ipt, ip6]) {
-      if (!tool) continue;
-      await this.removeChain(tool, 'filter', this.chainIn, [['INPUT', ['-i', br, '-j', this.chainIn]]]);
-      await this.removeChain(tool, 'filter', this.chainFwd, [
-        ['FORWARD', ['-i', br, '-j', this.chainFwd]],
-        ['FORWARD', ['-o', br, '-j', this.chainFwd]],
-      ]);
-    }
-    // Source checks, outbound refusals and NAT exist for IPv4 only (after IN and FWD, which
-    // jump to them).
-    if (ipt) {
-      await this.removeChain(ipt, 'filter', this.chainSrc, []);
-      await this.removeChain(ipt, 'filter', this.chainOut, []);
-      await this.removeChain(ipt, 'nat', this.chainNat, [['POSTROUTING', ['-j', this.chainNat]]]);
-      await this.removeChain(ipt, 'filter', this.chainPkg, []);
-    }
+    await this.chains.removeAll(this.bridgePrefix);
     await this.guard.drop().catch((e) => this.logger?.warn({ err: String(e) }, 'port guard table not removed'));
     this.guarded.clear();
     await fs.promises.rm(path.join(this.dataDir, 'cni'), { recursive: true, force: true });
   }
-}
-
-/** An IPv4 address or CIDR as `iptables -S` prints it (`a.b.c.d/n`, host bits cleared);
- *  null when it is neither. */
-export function canonicalCidr(s: string): string | null {
-  const [addr, bits, ...rest] = s.trim().split('/');
-  const value = parseIpv4(addr);
-  if (value === null || rest.length > 0) return null;
-  const prefix = bits === undefined ? 32 : /^\d{1,2}$/.test(bits) ? Number(bits) : NaN;
-  if (!(prefix >= 0 && prefix <= 32)) return null;
-  const size = 2 ** (32 - prefix);
-  return `${formatIpv4(Math.floor(value / size) * size)}/${prefix}`;
-}
-
-/** iptables -S prints rules normalised; compare loosely (order and words). */
-function sameRules(have: string[], want: string[][]): boolean {
-  if (have.length !== want.length) return false;
-  const norm = (s: string) =>
-    s
-      .replace(/--ctstate RELATED,ESTABLISHED/g, '--ctstate ESTABLISHED,RELATED')
-      .replace(/\/32\b/g, '')
-      .split(/\s+/)
-      .filter(Boolean)
-      .join(' ');
-  return have.every((h, i) => norm(h) === norm(want[i].join(' ')));
 }
 
 async function exists(p: string): Promise<boolean> {
