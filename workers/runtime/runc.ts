@@ -4,18 +4,17 @@ import path from 'node:path';
 import { allSettledOrThrow } from '../../core/promises';
 import { CommandError, run, sleep } from '../../core/command';
 import type { ContainerSpec, ContainerStatus, DriverLogger, ExecOptions, ExecProcess, ExecResult, ExecStreamOptions, IdMap, RuntimeDriver, BoxFiles, BoxServices } from '../drivers';
-import { BoxdClient } from './boxd/client';
-import { BoxdUnreachableError } from './boxd/answers';
-import { BoxdServices } from './boxd/services';
+import type { BoxdClient } from './boxd/client';
+import { BoxAgents } from './boxAgents';
 import { RuncExec } from './exec';
 import { applyResourceParts, BoxLimits, hostAccountsSwap, resourceParts, runcUpdateArgs } from './limits';
-import { BOX_BOXD, buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
+import { buildOciSpec, hostNofileHard, validateEnvironment } from './ociSpec';
 import { HostPaths } from './reach';
 import { ownDir } from '../hostDirs';
+import { hasCgroupLeftovers, removeCgroups } from './cgroups';
 import { runcLogTail, runDetached } from './runcRun';
 import { BoxNamespaces } from './userns';
 
-import { BoxAgentUnavailableError, BoxNeedsRestartError, BoxNotRunningError } from '../errors';
 export { BoxAgentUnavailableError, BoxNotRunningError, ExecInputError } from '../errors';
 export { EXEC_OUTPUT_CAP_BYTES } from './exec';
 
@@ -67,8 +66,8 @@ export class RuncRuntime implements RuntimeDriver {
   private readonly boxd: string;
   private readonly boxdSocketDir: string;
   private readonly init: 'boxd' | 'tini';
-  /** Whether each box runs boxd (read from its bundle after a restart of this process). */
-  private readonly agents = new Map<string, BoxdClient | null>();
+  /** Each box's boxd (boxAgents.ts). */
+  private readonly boxAgents: BoxAgents;
   private readonly logger?: DriverLogger;
   private readonly execs: RuncExec;
   private readonly namespaces: BoxNamespaces;
@@ -91,6 +90,7 @@ export class RuncRuntime implements RuntimeDriver {
     this.init = opts.init ?? 'boxd';
     this.logger = opts.logger;
     this.namespaces = new BoxNamespaces(this.boxd, opts.usernsDir);
+    this.boxAgents = new BoxAgents(this, this.boxdSocketDir);
     this.execs = new RuncExec({
       runcBin: this.runcBin,
       root: this.root,
@@ -100,96 +100,30 @@ export class RuncRuntime implements RuntimeDriver {
       cgroupsPath: (boxId) => this.cgroupsPath(boxId),
       idMap: (boxId) => this.idMapOf(boxId),
       agent: (boxId) => this.agent(boxId),
-      explain: (boxId, e) => this.explainAgentError(boxId, e),
+      explain: (boxId, e) => this.boxAgents.explain(boxId, e),
     });
   }
 
   /** The host-side socket of a box's boxd. */
   boxdSocketPath(boxId: string): string {
-    return path.join(this.boxdSocketDir, `${this.containerId(boxId)}.sock`);
+    return this.boxAgents.socketPath(boxId);
   }
 
   /** The box's boxd, or null when its PID 1 is not boxd (a box started before boxd). */
-  async agent(boxId: string): Promise<BoxdClient | null> {
-    const known = this.agents.get(boxId);
-    if (known !== undefined) return known;
-    let found: BoxdClient | null = null;
-    try {
-      const config = JSON.parse(await fs.promises.readFile(path.join(this.bundlePath(boxId), 'config.json'), 'utf8'));
-      if (config.process?.args?.[0] === BOX_BOXD) found = new BoxdClient(this.boxdSocketPath(boxId));
-    } catch {
-      /* no bundle: no container either */
-    }
-    if (found || fs.existsSync(path.join(this.bundlePath(boxId), 'config.json'))) this.agents.set(boxId, found);
-    return found;
+  agent(boxId: string): Promise<BoxdClient | null> {
+    return this.boxAgents.agent(boxId);
   }
 
-  /** The box's boxd for a call that needs it (`what`: files, services), and a wrapper that
-   *  explains its failures (a box that stopped meanwhile is 409, not an agent that is down). */
-  private async needAgent(boxId: string, what: string): Promise<{ agent: BoxdClient; explain: <T>(p: Promise<T>) => Promise<T> }> {
-    const agent = await this.agent(boxId);
-    if (!agent) {
-      if ((await this.status(boxId)) !== 'running') throw new BoxNotRunningError('box is not running');
-      throw new BoxNeedsRestartError(`the box was started before its agent (boxd) existed: stop and resume it to use ${what}`);
-    }
-    const explain = async <T>(p: Promise<T>): Promise<T> => {
-      try {
-        return await p;
-      } catch (e) {
-        throw await this.explainAgentError(boxId, e);
-      }
-    };
-    return { agent, explain };
+  services(boxId: string): Promise<BoxServices> {
+    return this.boxAgents.services(boxId);
   }
 
-  async services(boxId: string): Promise<BoxServices> {
-    const { agent, explain } = await this.needAgent(boxId, 'services');
-    const s = new BoxdServices(agent);
-    return {
-      start: (spec) => explain(s.start(spec)),
-      resume: (name) => explain(s.resume(name)),
-      restart: (name) => explain(s.restart(name)),
-      stop: (name, opts) => explain(s.stop(name, opts)),
-      get: (name) => explain(s.get(name)),
-      list: () => explain(s.list()),
-      remove: (name) => explain(s.remove(name)),
-      logs: (name, opts) => explain(s.logs(name, opts)),
-      probe: (p) => explain(s.probe(p)),
-    };
+  files(boxId: string): Promise<BoxFiles> {
+    return this.boxAgents.files(boxId);
   }
 
-  async files(boxId: string): Promise<BoxFiles> {
-    const { agent, explain } = await this.needAgent(boxId, 'files');
-    return {
-      stat: (p) => explain(agent.stat(p)),
-      list: (p) => explain(agent.list(p)),
-      read: (p) => explain(agent.read(p)),
-      write: (p, data, opts) => explain(agent.write(p, data, opts)),
-      remove: (p, opts) => explain(agent.remove(p, opts)),
-    };
-  }
-
-  async probeAgent(boxId: string, timeoutMs: number): Promise<'ok' | 'none' | 'unresponsive' | 'unknown'> {
-    if (!(await this.agent(boxId))) return 'none';
-    try {
-      await new BoxdClient(this.boxdSocketPath(boxId), timeoutMs).hello();
-      return 'ok';
-    } catch (e) {
-      if ((await this.status(boxId).catch(() => null)) !== 'running') return 'none';
-      // Only what boxd itself did counts: no answer in time, a broken answer, a socket nobody
-      // listens on. A failure of the node's own (out of descriptors, say) says nothing of it.
-      if (e instanceof BoxdUnreachableError) return ['ECONNREFUSED', 'ENOENT'].includes(e.code) ? 'unresponsive' : 'unknown';
-      return e instanceof BoxAgentUnavailableError ? 'unresponsive' : 'unknown';
-    }
-  }
-
-  /** A box whose boxd cannot be reached because the box is not running says so (409), not
-   *  that its agent is down (503). */
-  private async explainAgentError(boxId: string, e: unknown): Promise<unknown> {
-    if (e instanceof BoxdUnreachableError && (await this.status(boxId).catch(() => null)) !== 'running') {
-      return new BoxNotRunningError('box is not running');
-    }
-    return e;
+  probeAgent(boxId: string, timeoutMs: number): Promise<'ok' | 'none' | 'unresponsive' | 'unknown'> {
+    return this.boxAgents.probe(boxId, timeoutMs);
   }
 
   /** The runc container id of a box: unique per host tag, deterministic. */
@@ -236,7 +170,7 @@ export class RuncRuntime implements RuntimeDriver {
     }
     // Cgroups left by an earlier container of this box would carry its limits over; a box
     // that never ran has none, and looking in each controller costs a few ms.
-    if (current !== null || this.hasCgroupLeftovers(spec.boxId)) await this.removeCgroups(spec.boxId);
+    if (current !== null || hasCgroupLeftovers(this.cgroupsPath(spec.boxId))) await removeCgroups(this.cgroupsPath(spec.boxId), this.logger, { boxId: spec.boxId });
 
     const idMap = spec.idMap;
     const bundle = this.bundlePath(spec.boxId);
@@ -312,7 +246,7 @@ export class RuncRuntime implements RuntimeDriver {
       idMap ? this.hostPaths.makeReachable(this.init === 'boxd' ? [realRoot, bundle, this.boxd] : [realRoot, bundle], idMap.hostId) : null,
     ]);
     this.idMaps.set(spec.boxId, idMap ?? null);
-    this.agents.set(spec.boxId, this.init === 'boxd' ? new BoxdClient(this.boxdSocketPath(spec.boxId)) : null);
+    this.boxAgents.started(spec.boxId, this.init === 'boxd');
 
     const t0 = Date.now();
     const listen = this.init === 'boxd' ? { boxd: this.boxd, socket: this.boxdSocketPath(spec.boxId) } : undefined;
@@ -404,7 +338,7 @@ export class RuncRuntime implements RuntimeDriver {
         throw new CommandError([this.runcBin, 'delete', '--force', cid], res.exitCode, res.stdout, res.stderr);
       }
     }
-    await this.removeCgroups(boxId);
+    await removeCgroups(this.cgroupsPath(boxId), this.logger, { boxId });
     await fs.promises.rm(this.boxdSocketPath(boxId), { force: true });
   }
 
@@ -425,55 +359,15 @@ export class RuncRuntime implements RuntimeDriver {
         await this.stop(boxId, 0);
       }
     }
-    await this.removeCgroups(boxId);
+    await removeCgroups(this.cgroupsPath(boxId), this.logger, { boxId });
     await this.namespaces.release(cid);
     this.idMaps.delete(boxId);
-    this.agents.delete(boxId);
+    this.boxAgents.removed(boxId);
     await fs.promises.rm(this.boxdSocketPath(boxId), { force: true });
     await fs.promises.rm(this.bundlePath(boxId), { recursive: true, force: true });
   }
 
   /** runc leaves cgroup directories behind in some cases; remove ours (only when empty). */
-  private cgroupControllers?: string[];
-
-  private hasCgroupLeftovers(boxId: string): boolean {
-    const rel = this.cgroupsPath(boxId).slice(1);
-    try {
-      this.cgroupControllers ??= fs.readdirSync('/sys/fs/cgroup');
-    } catch {
-      return false;
-    }
-    return ['', ...this.cgroupControllers].some((c) => fs.existsSync(path.join('/sys/fs/cgroup', c, rel)));
-  }
-
-  private async removeCgroups(boxId: string): Promise<void> {
-    const rel = this.cgroupsPath(boxId).slice(1);
-    let controllers: string[];
-    try {
-      controllers = await fs.promises.readdir('/sys/fs/cgroup');
-    } catch {
-      return;
-    }
-    // A cgroup whose thousands of killed tasks the kernel is still reaping answers EBUSY for a
-    // moment (a box stopped at its pids limit): tried again for up to 20 s.
-    const deadline = Date.now() + CGROUP_BUSY_MS;
-    for (const c of ['', ...controllers]) {
-      for (;;) {
-        try {
-          await rmdirTree(path.join('/sys/fs/cgroup', c, rel));
-          break;
-        } catch (e) {
-          if ((e as NodeJS.ErrnoException).code === 'EBUSY' && Date.now() < deadline) {
-            await sleep(50);
-            continue;
-          }
-          this.logger?.warn({ err: String(e), boxId, controller: c }, 'cannot remove cgroup');
-          break;
-        }
-      }
-    }
-  }
-
   async pause(boxId: string): Promise<void> {
     if ((await this.status(boxId)) !== 'running') return;
     await this.runc(['pause', this.containerId(boxId)]);
@@ -592,25 +486,4 @@ async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   const tmp = `${file}.${crypto.randomBytes(4).toString('hex')}.tmp`;
   await fs.promises.writeFile(tmp, JSON.stringify(value, null, 1), { mode: 0o600 });
   await fs.promises.rename(tmp, file);
-}
-
-/** How long a busy cgroup directory (tasks still exiting) is tried again. */
-const CGROUP_BUSY_MS = 20_000;
-
-/** rmdir a cgroup directory and its (empty) children, deepest first. Missing is fine. */
-async function rmdirTree(dir: string): Promise<void> {
-  let entries: fs.Dirent[];
-  try {
-    entries = await fs.promises.readdir(dir, { withFileTypes: true });
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') return;
-    throw e;
-  }
-  for (const e of entries) if (e.isDirectory()) await rmdirTree(path.join(dir, e.name));
-  try {
-    await fs.promises.rmdir(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
 }
