@@ -49,7 +49,6 @@ export interface UpdateBoxRequest {
   termination_grace_period_seconds?: number;
 }
 
-
 /**
  * The Box of the spec, plus `error`, `address`, `fork` and `node` (additions are allowed). A box
  * whose node is down shows `unknown` with the node's reason: its last known status would be a
@@ -91,7 +90,6 @@ export async function showBoxes(ctx: DomainContext, boxes: BoxRecord[]): Promise
 }
 
 export const showBox = async (ctx: DomainContext, box: BoxRecord): Promise<Box> => (await showBoxes(ctx, [box]))[0];
-
 
 /** Reads a box again as the api shows it (null once gone): what an accepted operation answers. */
 export const reload = (ctx: DomainContext, id: string) => async () => {

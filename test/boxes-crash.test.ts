@@ -54,20 +54,24 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
     return (JSON.parse((await run(['ip', '-j', 'link', 'show', 'master', bridge])).stdout || '[]') as unknown[]).length;
   };
   /** The box's row, its operations and the last warnings of the worker and the api, in one line. */
-  const whatHappened = async (project: string, boxId: string) => {
-    const ops = await host.db('operations').where({ project }).orderBy('seq');
-    const warned = (lines: any[]) => lines.filter((l) => l.level >= 40).slice(-6).map((l) => `${l.msg}${l.err ? ` (${l.err.message ?? l.err})` : ''}`);
-    const workerLines = worker.output.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return { level: 50, msg: l }; } });
-    return JSON.stringify({
-      box: (await host.db('boxes').where({ id: boxId }).first()) ?? null,
-      project: (await host.db('projects').where({ name: project }).first()) ?? null,
-      boxesOfHost: (await host.db('boxes').select('project', 'name', 'status')).map((b: any) => `${b.project}/${b.name}:${b.status}`),
-      dataDir: fs.existsSync(path.join(cfg.dataDir, 'runc')),
-      workerAlive: worker.exitCode === null && worker.signalCode === null,
-      ops: ops.map((o: any) => ({ kind: o.kind, status: o.status, error: o.error, box: o.box_id })),
-      worker: warned(workerLines),
-      api: warned(host.logs),
-    }).slice(0, 3000);
+  const whatHappened = async (project: string, boxId: string | undefined): Promise<string> => {
+    try {
+      const warned = (lines: any[]) => lines.filter((l) => l?.level >= 40).slice(-6).map((l) => `${l.msg}${l.err ? ` (${l.err.message ?? l.err})` : ''}`);
+      const workerLines = worker.output.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return { level: 50, msg: l }; } });
+      const box = boxId ? await host.db('boxes').where({ id: boxId }).first() : undefined;
+      return JSON.stringify({
+        worker: warned(workerLines),
+        api: warned(host.logs),
+        workerAlive: worker.exitCode === null && worker.signalCode === null,
+        runcDirThere: fs.existsSync(path.join(cfg.dataDir, 'runc')),
+        box: box ? { status: box.status, error: box.error, node: box.node, address: box.address } : null,
+        project: (await host.db('projects').where({ name: project }).first()) ?? null,
+        boxesOfHost: (await host.db('boxes').select('project', 'name', 'status')).map((b: any) => `${b.project}/${b.name}:${b.status}`),
+        ops: (await host.db('operations').where({ project }).orderBy('seq')).map((o: any) => ({ kind: o.kind, status: o.status, error: o.error, box: o.box_id })),
+      }).slice(0, 3000);
+    } catch (e) {
+      return `(what happened could not be read: ${(e as Error).message})`;
+    }
   };
   const restart = async () => {
     await killWorker(worker);
@@ -265,7 +269,7 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
       const ports = await bridgePorts(project);
       // Once (CI, 2026-11-30) the box was gone by here, its bridge with it, for no cause the
       // log showed: what the db and the worker say then is in the message.
-      t.equal(ports, 1, `${project} has its bridge${ports === 1 ? '' : `: ${await whatHappened(project, made.body.id)}`}`);
+      t.equal(ports, 1, `${project} has its bridge${ports === 1 ? '' : `: ${await whatHappened(project, made.body?.id)}`}`);
       const { opId } = await dieAt(t, point, () => call('DELETE', `${P}/${project}/boxes/d`));
       t.equal((await opRow(opId)).status, 'running', `${point}: the operation was running`);
       t.equal((await boxRow(project, 'd')).status, 'deleting', `${point}: the box was deleting`);

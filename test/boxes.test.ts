@@ -24,15 +24,19 @@ t.test('boxes', async (t) => {
   /** Renames a dataset of this host's pool, until it is done. zfs-fuse answers "busy" for a while
    *  after a dataset was used (longer under the suite's load: 2 s of tries were not enough in
    *  CI), and a rename whose remount fails exits 1 with the rename done: the names are looked at,
-   *  not the exit code. */
+   *  not the exit code. Each command is bounded (a hung zfs, the machine's mount lock held
+   *  elsewhere): one that times out is one more failed try. */
   const moveDataset = async (from: string, to: string, ms = 60_000) => {
-    const exists = async (ds: string) => (await run(['zfs', 'list', '-H', '-o', 'name', ds], { allowFailure: true })).exitCode === 0;
+    const zfs = (args: string[], lock: boolean) =>
+      run(['zfs', ...args], { allowFailure: true, timeoutMs: 20_000, ...(lock ? { lockFile: ZFS_FUSE_MOUNT_LOCK } : {}) }).catch(() => null);
+    const exists = async (ds: string) => (await zfs(['list', '-H', '-o', 'name', ds], false))?.exitCode === 0;
+    const moved = async () => (await exists(to)) && !(await exists(from));
     for (const end = Date.now() + ms; Date.now() < end; await sleep(200)) {
-      if ((await exists(to)) && !(await exists(from))) return true;
-      await run(['zfs', 'umount', from], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
-      await run(['zfs', 'rename', from, to], { allowFailure: true, lockFile: ZFS_FUSE_MOUNT_LOCK });
+      if (await moved()) return true;
+      await zfs(['umount', from], true);
+      await zfs(['rename', from, to], true);
     }
-    return false;
+    return moved();
   };
 
   t.test('create → running; the box is a real isolated container', async (t) => {
@@ -388,7 +392,8 @@ t.test('boxes', async (t) => {
     const src = (await host.call('GET', `${P}/alpha/boxes/peer`)).body;
     // Break the source under the host: its dataset vanishes, so a fork of it cannot be made.
     t.equal((await host.call('POST', `${P}/alpha/boxes/peer/stop?wait=60`)).body?.status, 'stopped', 'the source is stopped');
-    const ds = (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(src.id)))!;
+    const ds = (await zfsList()).split('\n').find((l) => l.endsWith(boxRoot(src.id)));
+    if (!ds) throw new Error(`no root dataset for ${src.id}`);
     t.ok(await moveDataset(ds, `${ds}-moved`), "the source's root is moved aside");
     // A stop and a resume queued behind the create (judged on the running it was to end in).
     const asked = await host.call('POST', `${P}/alpha/boxes`, { body: { name: 'doomed', fork: 'peer' } });

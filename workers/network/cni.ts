@@ -187,7 +187,7 @@ export class CniNetwork implements NetworkDriver {
     if (this.outbound) await writeSysctl('/proc/sys/net/ipv4/ip_forward', '1', this.logger);
 
     await this.syncBridgeRules(await this.chains.iptables());
-    const refusals = this.outbound ? outboundRefusals(this.boxSubnet, await this.protectedDestinations(), this.logger) : [];
+    const refusals = async () => outboundRefusals(this.boxSubnet, await this.protectedDestinations(), this.logger);
     await this.chains.write({ bridgePrefix: this.bridgePrefix, boxSubnet: this.boxSubnet, outbound: this.outbound, refusals });
 
     await this.syncPortTable();

@@ -60,10 +60,11 @@ export class HostChains {
   }
 
   /**
-   * Every chain and hook of the tag but `-SRC`'s rules: `refusals` (outboundRefusals) fill
-   * `-OUT` when `outbound`; without it the NAT and `-OUT` chains go.
+   * Every chain and hook of the tag but `-SRC`'s rules: `refusals` (outboundRefusals; asked
+   * for only when `outbound`, after `-PKG` and `-IN` are written) fill `-OUT`; without
+   * `outbound` the NAT and `-OUT` chains go.
    */
-  async write(o: { bridgePrefix: string; boxSubnet: string; outbound: boolean; refusals: string[][] }): Promise<void> {
+  async write(o: { bridgePrefix: string; boxSubnet: string; outbound: boolean; refusals: () => Promise<string[][]> }): Promise<void> {
     const ipt = await this.iptables();
     const br = `${o.bridgePrefix}+`;
     // Emptied: a build whose node restarts is run again from a fresh box, which opens its own.
@@ -76,7 +77,7 @@ export class HostChains {
       ['-p', 'tcp', '-j', 'REJECT', '--reject-with', 'tcp-reset'],
       ['-j', 'DROP'],
     ]);
-    if (o.outbound) await this.ensureChain(ipt, 'filter', this.chainOut, o.refusals);
+    if (o.outbound) await this.ensureChain(ipt, 'filter', this.chainOut, await o.refusals());
     const fwd: string[][] = [
       ['-i', br, '-j', this.chainSrc],
       // Same bridge = same project: bridged, not routed.
@@ -186,8 +187,8 @@ export class HostChains {
  * then the protected destinations. REJECT (admin-prohibited) so that a box fails fast.
  */
 export function outboundRefusals(boxSubnet: string, protectedDestinations: string[], logger?: DriverLogger): string[][] {
-const dests = [LINK_LOCAL, boxSubnet];
-for (const d of protectedDestinations) {
+  const dests = [LINK_LOCAL, boxSubnet];
+  for (const d of protectedDestinations) {
     if (d.includes(':')) continue;
     const cidr = canonicalCidr(d);
     if (!cidr) throw new Error(`protected destination ${JSON.stringify(d)} is not an IPv4 address or CIDR`);

@@ -367,7 +367,6 @@ export class RuncRuntime implements RuntimeDriver {
     await fs.promises.rm(this.bundlePath(boxId), { recursive: true, force: true });
   }
 
-  /** runc leaves cgroup directories behind in some cases; remove ours (only when empty). */
   async pause(boxId: string): Promise<void> {
     if ((await this.status(boxId)) !== 'running') return;
     await this.runc(['pause', this.containerId(boxId)]);

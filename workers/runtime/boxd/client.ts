@@ -277,7 +277,6 @@ export class BoxdClient {
   exec(req: BoxdExecRequest, signal?: AbortSignal): ExecProcess {
     return openExec(this.socketPath, this.answerTimeoutMs, req, signal);
   }
-
 }
 
 /** Resolves when the socket takes more writes, or closes (its listeners gone either way). */

@@ -23,7 +23,7 @@ export function readBufferCounts(): { made: number; reused: number; idle: number
  * released (docs/decisions.md "Download buffers are used again"). A shorter one (a slow
  * reader, the head frame, the tail) is copied out at its size and the buffer kept, so a
  * trickle does not pin 1 MiB per piece. `keeps()`: whether the decoder still holds bytes of
- * the last read (a frame begun), which then must not be read over. 
+ * the last read (a frame begun), which then must not be read over.
  */
 export function largeReadsInto(onChunk: (b: Buffer, lease?: Lease) => void, keeps: () => boolean): { buffer: () => Buffer; callback: (n: number, b: Buffer) => void; end: () => void } {
   let next: Lease | null = null;
