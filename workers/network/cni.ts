@@ -6,14 +6,12 @@ import { defaultProjectPrefix, NetLayout } from '../../core/netblocks';
 import type { DriverLogger, NetworkAttachment, NetworkDriver, ProjectNetwork } from '../drivers';
 import { SourceRules } from './sourceRules';
 import { HostChains, outboundRefusals } from './firewall';
+import { BoxLinks, CNI_PLUGIN_DIR } from './links';
 import { ensureNetnsDir } from '../runtime/netnsDir';
 import { checkLayout, LayoutState, lockLayout } from './layoutLock';
 import { assertSubnetFree } from './subnetClash';
 import { BoxPort, IFNAME_RE, MAC_RE, PortGuard } from './portGuard';
-import { boxNet, type BoxNetRequest } from '../../core/spawner';
 
-export const CNI_PLUGIN_DIR = '/usr/lib/cni';
-export const CNI_VERSION = '1.0.0';
 const NETNS_DIR = '/run/netns';
 /** A release takes milliseconds; a mark older than this was left by a process that died. */
 const RELEASE_MARK_TTL_MS = 60_000;
@@ -76,6 +74,8 @@ export class CniNetwork implements NetworkDriver {
   private readonly logger?: DriverLogger;
   private readonly chains: HostChains;
   private readonly guard: PortGuard;
+  /** Each box's eth0 and loopback (links.ts). */
+  private readonly links: BoxLinks;
 
   constructor(opts: CniNetworkOptions) {
     if (!/^[a-z0-9]{4,16}$/.test(opts.hostTag)) throw new Error(`invalid host tag ${opts.hostTag}`);
@@ -90,6 +90,7 @@ export class CniNetwork implements NetworkDriver {
     this.logger = opts.logger;
     this.guard = new PortGuard(this.portTable, this.logger);
     this.chains = new HostChains(this.hostTag, this.logger);
+    this.links = new BoxLinks({ layout: this.layout, ipamDir: this.ipamDir, cniPath: this.cniPath, names: this });
   }
 
   // ---------------------------------------------------------------- naming
@@ -364,7 +365,7 @@ export class CniNetwork implements NetworkDriver {
       const veth = mark.veth ?? (await this.peerVeth(boxId).catch(() => undefined));
       if (veth) port = { veth, mac: mark.mac, address: mark.address };
     }
-    const removed = await this.delEth0(boxId, index).then(
+    const removed = await this.links.delEth0(boxId, index).then(
       () => true,
       () => false,
     );
@@ -408,104 +409,6 @@ export class CniNetwork implements NetworkDriver {
       }
     }
     return out;
-  }
-
-  // ---------------------------------------------------------------- CNI
-
-  private bridgeConf(index: number): Record<string, unknown> {
-    const b = this.layout.block(index);
-    return {
-      cniVersion: CNI_VERSION,
-      name: this.networkName(index),
-      type: 'bridge',
-      bridge: this.bridgeName(index),
-      isGateway: true,
-      isDefaultGateway: true,
-      ipMasq: false,
-      hairpinMode: false,
-      // Frames from the veth must carry the container's MAC (nftables `bridge nat`, via nft).
-      ipam: {
-        type: 'host-local',
-        // The block but its network, gateway and broadcast addresses.
-        ranges: [[{ subnet: b.cidr, gateway: b.gateway, rangeStart: b.rangeStart, rangeEnd: b.rangeEnd }]],
-        dataDir: this.ipamDir,
-      },
-    };
-  }
-
-  private loopbackConf(): Record<string, unknown> {
-    return { cniVersion: CNI_VERSION, name: 'loopback', type: 'loopback' };
-  }
-
-  /** What the node's helper needs to wire (or unwire) the box's eth0 as the plugins would. */
-  private boxNetRequest(boxId: string, index: number): BoxNetRequest {
-    const b = this.layout.block(index);
-    return {
-      netns: this.netnsPath(boxId),
-      containerId: this.netnsName(boxId),
-      ifname: 'eth0',
-      bridge: this.bridgeName(index),
-      leaseDir: path.join(this.ipamDir, this.networkName(index)),
-      subnet: b.cidr,
-      gateway: b.gateway,
-      rangeStart: b.rangeStart,
-      rangeEnd: b.rangeEnd,
-    };
-  }
-
-  /**
-   * The box's eth0 on the project bridge with an address of its block: through the node's
-   * helper over netlink (boxd/boxnet.go: the plugins' work without their two programs, ≈60 ms of
-   * CPU a create here), else the CNI bridge plugin. Answers its port (host-side veth, MAC and
-   * address).
-   */
-  private async addEth0(boxId: string, index: number): Promise<BoxPort> {
-    const native = await boxNet(this.boxNetRequest(boxId, index));
-    if (native) {
-      if (!native.hostVeth || !native.mac || !/^\d+\.\d+\.\d+\.\d+\//.test(native.address)) throw new Error(`the helper did not name the veth, MAC and address of ${boxId}`);
-      return { veth: native.hostVeth, mac: native.mac, address: native.address.split('/')[0] };
-    }
-    const result = await this.cni('ADD', this.bridgeConf(index), boxId, 'eth0');
-    const ips = (result.ips ?? []) as { address: string; gateway?: string }[];
-    const v4 = ips.find((i) => /^\d+\.\d+\.\d+\.\d+\//.test(i.address));
-    if (!v4) throw new Error(`CNI bridge returned no IPv4 address for ${boxId}`);
-    const ifaces = (result.interfaces ?? []) as { name: string; mac?: string; sandbox?: string }[];
-    const veth = ifaces.find((i) => !i.sandbox && i.name !== this.bridgeName(index))?.name;
-    const mac = ifaces.find((i) => i.sandbox && i.name === 'eth0')?.mac;
-    if (!veth || !mac) throw new Error(`CNI bridge did not name the veth and MAC of ${boxId}`);
-    return { veth, mac, address: v4.address.split('/')[0] };
-  }
-
-  /** Removes the box's eth0 (when its netns is there) and frees its lease: the helper, else the
-   *  CNI plugin's DEL. Idempotent. */
-  private async delEth0(boxId: string, index: number): Promise<void> {
-    if (await boxNet({ ...this.boxNetRequest(boxId, index), delete: true })) return;
-    await this.cni('DEL', this.bridgeConf(index), boxId, 'eth0');
-  }
-
-  /** Execs a CNI plugin: the conf on stdin, the parameters in the environment. */
-  private async cni(command: 'ADD' | 'DEL' | 'CHECK', conf: Record<string, unknown>, boxId: string, ifname: string) {
-    const plugin = path.join(this.cniPath, String(conf.type));
-    const env: NodeJS.ProcessEnv = {
-      PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
-      CNI_COMMAND: command,
-      CNI_CONTAINERID: this.netnsName(boxId),
-      CNI_NETNS: this.netnsPath(boxId),
-      CNI_IFNAME: ifname,
-      CNI_PATH: this.cniPath,
-    };
-    const res = await run([plugin], { input: JSON.stringify(conf), env, allowFailure: true, timeoutMs: 30_000 });
-    if (res.exitCode !== 0) {
-      let msg = res.stderr || res.stdout;
-      try {
-        const e = JSON.parse(res.stdout) as { msg?: string; details?: string };
-        msg = [e.msg, e.details].filter(Boolean).join(': ');
-      } catch {
-        /* plain text */
-      }
-      throw new CommandError([`CNI_COMMAND=${command}`, plugin, ifname, boxId], res.exitCode, res.stdout, msg);
-    }
-    return res.stdout ? (JSON.parse(res.stdout) as Record<string, unknown>) : {};
   }
 
   private async netnsExists(boxId: string): Promise<boolean> {
@@ -553,7 +456,7 @@ export class CniNetwork implements NetworkDriver {
         // Attached, with lo down: root in the box took it down (its netns outlives a stop). Up
         // again, whatever made the netns; eth0 and the address stay as they are.
         if (lo.exitCode === 0) {
-          await this.cni('ADD', this.loopbackConf(), boxId, 'lo');
+          await this.links.loopbackUp(boxId);
           return { netnsPath, address: eth0.address, gateway };
         }
       }
@@ -569,7 +472,7 @@ export class CniNetwork implements NetworkDriver {
     try {
       // lo and eth0 are independent interfaces of the netns: brought up side by side (lo only
       // when the runtime did not make the netns with it up).
-      const [, port] = await Promise.all([opts.loopbackUp ? null : this.cni('ADD', this.loopbackConf(), boxId, 'lo'), this.addEth0(boxId, index)]);
+      const [, port] = await Promise.all([opts.loopbackUp ? null : this.links.loopbackUp(boxId), this.links.addEth0(boxId, index)]);
       await this.checkBridgeKept(index, port.veth);
       await this.guardBridge(index);
       const address = port.address;
@@ -641,7 +544,7 @@ export class CniNetwork implements NetworkDriver {
     await fs.promises.rm(this.attachedMark(boxId), { force: true });
     // DEL works (and frees the address) whether or not the netns is still there. A network
     // outside the layout holds no lease (the layout lock): nothing to free.
-    if (this.layout.has(net.index)) await this.delEth0(boxId, net.index);
+    if (this.layout.has(net.index)) await this.links.delEth0(boxId, net.index);
     // After DEL: the veth is gone, so dropping its guard opens nothing.
     if (veth) await this.guard.unguard({ veth, mac: mark.mac, address: mark.address });
     const res = await run(['ip', 'netns', 'delete', this.netnsName(boxId)], { allowFailure: true });
