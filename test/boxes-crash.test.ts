@@ -53,24 +53,27 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
     if (!fs.existsSync(`/sys/class/net/${bridge}`)) return null;
     return (JSON.parse((await run(['ip', '-j', 'link', 'show', 'master', bridge])).stdout || '[]') as unknown[]).length;
   };
-  /** The box's row, its operations and the last warnings of the worker and the api, in one line. */
+  /** In one line, never throwing: the box's row (its status, error, node, address), the
+   *  project's operations and row, whether the worker lives and its data dir is there, the last
+   *  warnings of the worker and the api (each cut at 300 characters), every box of the host. */
   const whatHappened = async (project: string, boxId: string | undefined): Promise<string> => {
     try {
-      const warned = (lines: any[]) => lines.filter((l) => l?.level >= 40).slice(-6).map((l) => `${l.msg}${l.err ? ` (${l.err.message ?? l.err})` : ''}`);
+      const cut = (x: unknown) => String(x).slice(0, 300);
+      const warned = (lines: any[]) => lines.filter((l) => l?.level >= 40).slice(-6).map((l) => cut(`${l.msg}${l.err ? ` (${l.err.message ?? l.err})` : ''}`));
       const workerLines = worker.output.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return { level: 50, msg: l }; } });
       const box = boxId ? await host.db('boxes').where({ id: boxId }).first() : undefined;
       return JSON.stringify({
-        worker: warned(workerLines),
-        api: warned(host.logs),
+        box: box ? { status: box.status, error: box.error, node: box.node, address: box.address } : null,
+        ops: (await host.db('operations').where({ project }).orderBy('seq')).map((o: any) => ({ kind: o.kind, status: o.status, error: o.error && cut(o.error), box: o.box_id })),
+        project: (await host.db('projects').where({ name: project }).first()) ?? null,
         workerAlive: worker.exitCode === null && worker.signalCode === null,
         runcDirThere: fs.existsSync(path.join(cfg.dataDir, 'runc')),
-        box: box ? { status: box.status, error: box.error, node: box.node, address: box.address } : null,
-        project: (await host.db('projects').where({ name: project }).first()) ?? null,
+        worker: warned(workerLines),
+        api: warned(host.logs),
         boxesOfHost: (await host.db('boxes').select('project', 'name', 'status')).map((b: any) => `${b.project}/${b.name}:${b.status}`),
-        ops: (await host.db('operations').where({ project }).orderBy('seq')).map((o: any) => ({ kind: o.kind, status: o.status, error: o.error, box: o.box_id })),
-      }).slice(0, 3000);
+      }).slice(0, 4000);
     } catch (e) {
-      return `(what happened could not be read: ${(e as Error).message})`;
+      return `(what happened could not be read: ${String((e as Error | undefined)?.message ?? e)})`;
     }
   };
   const restart = async () => {
@@ -265,7 +268,7 @@ t.test(PART === 'steps' ? 'a worker killed at each step of create, fork and dele
       // Each in a project of its own: the project's bridge goes with its last box.
       const project = `crashd${i}`;
       const made = await call('POST', `${P}/${project}/boxes?wait=120`, { name: 'd' });
-      t.equal(made.body.status, 'running', made.text);
+      t.equal(made.body?.status, 'running', made.text);
       const ports = await bridgePorts(project);
       // Once (CI, 2026-11-30) the box was gone by here, its bridge with it, for no cause the
       // log showed: what the db and the worker say then is in the message.

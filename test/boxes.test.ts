@@ -25,12 +25,18 @@ t.test('boxes', async (t) => {
    *  after a dataset was used (longer under the suite's load: 2 s of tries were not enough in
    *  CI), and a rename whose remount fails exits 1 with the rename done: the names are looked at,
    *  not the exit code. Each command is bounded (a hung zfs, the machine's mount lock held
-   *  elsewhere): one that times out is one more failed try. */
+   *  elsewhere: 20 s for the lock, 20 s for the command): one that times out is one more
+   *  failed try. */
   const moveDataset = async (from: string, to: string, ms = 60_000) => {
     const zfs = (args: string[], lock: boolean) =>
       run(['zfs', ...args], { allowFailure: true, timeoutMs: 20_000, ...(lock ? { lockFile: ZFS_FUSE_MOUNT_LOCK } : {}) }).catch(() => null);
-    const exists = async (ds: string) => (await zfs(['list', '-H', '-o', 'name', ds], false))?.exitCode === 0;
-    const moved = async () => (await exists(to)) && !(await exists(from));
+    // Absent only when zfs says so: a listing that failed otherwise (timed out, the daemon busy)
+    // is not taken for a dataset gone.
+    const state = async (ds: string) => {
+      const r = await zfs(['list', '-H', '-o', 'name', ds], false);
+      return r?.exitCode === 0 ? 'there' : r && /does not exist/.test(r.stderr) ? 'absent' : 'unknown';
+    };
+    const moved = async () => (await state(to)) === 'there' && (await state(from)) === 'absent';
     for (const end = Date.now() + ms; Date.now() < end; await sleep(200)) {
       if (await moved()) return true;
       await zfs(['umount', from], true);

@@ -411,6 +411,8 @@ export class CniNetwork implements NetworkDriver {
     return out;
   }
 
+  // ---------------------------------------------------------------- netns and attachment
+
   private async netnsExists(boxId: string): Promise<boolean> {
     return exists(this.netnsPath(boxId));
   }
