@@ -244,8 +244,8 @@ t.test('init is idempotent and installs the chains', async (t) => {
   t.equal(rules.split('\n').filter((l) => l === `-A INPUT -i bh${hostTag.slice(0, 4)}p+ -j BH-${hostTag}-IN`).length, 1, 'hooked once');
   t.match(rules, new RegExp(`-A BH-${hostTag}-FWD -m physdev --physdev-is-bridged -j ACCEPT`));
   const br = `${network.bridgePrefix}+`;
-  t.match(await iptablesS(network.chainIn), `-A BH-${hostTag}-IN -j BH-${hostTag}-SRC\n`, 'INPUT checks sources first');
-  t.match(await iptablesS(network.chainFwd), `-A BH-${hostTag}-FWD -i ${br} -j BH-${hostTag}-SRC\n`, 'FORWARD checks sources first');
+  t.match(await iptablesS(network.chains.chainIn), `-A BH-${hostTag}-IN -j BH-${hostTag}-SRC\n`, 'INPUT checks sources first');
+  t.match(await iptablesS(network.chains.chainFwd), `-A BH-${hostTag}-FWD -i ${br} -j BH-${hostTag}-SRC\n`, 'FORWARD checks sources first');
   t.notMatch(rules, `BH-${hostTag}-OUT`, 'no outbound chain without outbound');
   t.match(await bridgeRuleset(), new RegExp(`table bridge ${network.portTable} \\{[^]*set macs \\{[^]*iifname != @ports accept`), 'port guard table');
   logged.length = 0;
@@ -391,7 +391,7 @@ t.test('spoofing on the bridge', async (t) => {
     for (const rule of ['iifname != @ports accept', 'iifname . ether saddr != @macs drop', 'ether type != { ip, arp } drop', 'iifname . arp saddr ether != @macs drop', 'iifname . arp saddr ip != @addrs drop', 'iifname . ip saddr != @addrs drop']) {
       t.ok(rs.includes(rule), `the guard's chain: ${rule}`);
     }
-    t.match(await iptablesS(network.chainSrc), `-A BH-${hostTag}-SRC ! -s ${network.subnet(3)} -i ${bridge} -j DROP`, 'per-bridge source rule');
+    t.match(await iptablesS(network.chains.chainSrc), `-A BH-${hostTag}-SRC ! -s ${network.subnet(3)} -i ${bridge} -j DROP`, 'per-bridge source rule');
     t.equal(fs.readFileSync(`/proc/sys/net/ipv4/conf/${bridge}/rp_filter`, 'utf8').trim(), '1', 'rp_filter=1 on the bridge');
   });
 
@@ -448,7 +448,7 @@ t.test('spoofing on the bridge', async (t) => {
     t.equal(await atW.got('z-as-v', 3000), v.address, 'control: without its guard, z can pass as v');
     // Another project's address: the per-bridge rule drops it.
     const counter = async () => {
-      const out = (await run(['iptables', '-w', '-L', network.chainSrc, '-v', '-x', '-n'])).stdout;
+      const out = (await run(['iptables', '-w', '-L', network.chains.chainSrc, '-v', '-x', '-n'])).stdout;
       const line = out.split('\n').find((l) => l.includes(bridge));
       return Number(line?.trim().split(/\s+/)[0] ?? NaN);
     };
@@ -526,12 +526,12 @@ t.test('releaseProject removes the bridge, its rule and its IPAM state with the 
   await network.detach('r1', P4);
   t.equal(await network.releaseProject(P4), false, 'one box on it: kept');
   t.ok(fs.existsSync(`/sys/class/net/${bridge}`), 'the bridge is there');
-  t.match(await iptablesS(network.chainSrc), rule);
+  t.match(await iptablesS(network.chains.chainSrc), rule);
   await network.detach('r2', P4);
   t.equal(await network.releaseProject(P4), true, 'the last box gone: released');
   t.notOk(fs.existsSync(`/sys/class/net/${bridge}`), 'bridge removed');
   t.notOk(fs.existsSync(ipam), 'IPAM state removed');
-  t.notMatch(await iptablesS(network.chainSrc), rule, 'source rule removed');
+  t.notMatch(await iptablesS(network.chains.chainSrc), rule, 'source rule removed');
   t.same(await staleGuards(), [], 'no port guards left');
   t.equal(await network.releaseProject(P4), true, 'idempotent');
 
@@ -628,8 +628,8 @@ t.test('with outbound on: link-local, the host, the platform and protected nets 
 
   const probe = async (host: string, port = 7000) => (await inBox('o1', [process.execPath, '-e', TCP_PROBE, host, String(port)], outNet)).stdout.trim();
 
-  t.match(await iptablesS(outNet.chainOut), `-A BH-${outTag}-OUT -d 169.254.0.0/16 -j REJECT --reject-with icmp-admin-prohibited`);
-  t.match(await iptablesS(outNet.chainOut), `-A BH-${outTag}-OUT -d 198.51.100.10/32 -j REJECT --reject-with icmp-admin-prohibited`);
+  t.match(await iptablesS(outNet.chains.chainOut), `-A BH-${outTag}-OUT -d 169.254.0.0/16 -j REJECT --reject-with icmp-admin-prohibited`);
+  t.match(await iptablesS(outNet.chains.chainOut), `-A BH-${outTag}-OUT -d 198.51.100.10/32 -j REJECT --reject-with icmp-admin-prohibited`);
   t.equal(await probe(outside.control), `outside ${outside.control} from ${transit(1)}`, 'control: an unprotected outside address answers (NATed)');
   t.equal(await probe(outside.metadata), 'EHOSTUNREACH', 'link-local metadata (169.254.169.254) refused');
   t.equal(await probe(outside.redis), 'EHOSTUNREACH', "the platform's Redis (from REDIS_URL) refused");
@@ -675,7 +675,7 @@ t.test('a build box reaches the proxy port on its gateway while it is open, and 
   t.equal(await probe('pb', portOf(proxy)), 'host service', 'open: the proxy port answers the build box');
   t.equal(await probe('pb', portOf(other)), 'ECONNREFUSED', 'another port of the host stays closed');
   t.equal(await probe('pn', portOf(proxy)), 'ECONNREFUSED', 'a neighbour on the same bridge stays closed');
-  t.equal((await iptablesS(pkgNet.chainPkg)).split('\n').filter((l) => l.startsWith('-A ')).length, 1, 'one rule: opening again replaced it');
+  t.equal((await iptablesS(pkgNet.chains.chainPkg)).split('\n').filter((l) => l.startsWith('-A ')).length, 1, 'one rule: opening again replaced it');
   t.same(await pkgNet.sourceBoxes(), ['pb']);
 
   await pkgNet.closeSources('pb');
@@ -762,7 +762,7 @@ t.test('small blocks of a /20, and the layout lock', async (t) => {
   const bridge = small.bridgeName(3);
   const brAddrs = (JSON.parse((await run(['ip', '-j', '-4', 'addr', 'show', 'dev', bridge])).stdout) as { addr_info: { local: string; prefixlen: number }[] }[])[0].addr_info;
   t.same(brAddrs.map((a) => `${a.local}/${a.prefixlen}`), [`${block.gateway}/29`], 'the bridge holds the gateway, with the block\'s mask');
-  t.match(await iptablesS(small.chainSrc), `-A BH-${smallTag}-SRC ! -s ${block.cidr} -i ${bridge} -j DROP`, 'the source rule is the block');
+  t.match(await iptablesS(small.chains.chainSrc), `-A BH-${smallTag}-SRC ! -s ${block.cidr} -i ${bridge} -j DROP`, 'the source rule is the block');
   const s0 = got[0];
   await nsProcess(small.netnsName('s0'), TCP_SERVER, '7000');
   const fromS1 = (await inBox('s1', [process.execPath, '-e', TCP_PROBE, s0, '7000'], small)).stdout.trim();

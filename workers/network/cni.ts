@@ -72,7 +72,8 @@ export class CniNetwork implements NetworkDriver {
   private readonly releaseDir: string;
   private readonly protectedDestinations: () => Promise<string[]>;
   private readonly logger?: DriverLogger;
-  private readonly chains: HostChains;
+  /** The iptables chains of this tag, and their names (firewall.ts). */
+  readonly chains: HostChains;
   private readonly guard: PortGuard;
   /** Each box's eth0 and loopback (links.ts). */
   private readonly links: BoxLinks;
@@ -138,27 +139,8 @@ export class CniNetwork implements NetworkDriver {
     return path.join(NETNS_DIR, this.netnsName(boxId));
   }
 
-  /** The iptables chains of this tag (firewall.ts), by name. */
-  get chainIn(): string {
-    return this.chains.chainIn;
-  }
-  get chainFwd(): string {
-    return this.chains.chainFwd;
-  }
-  get chainSrc(): string {
-    return this.chains.chainSrc;
-  }
-  get chainOut(): string {
-    return this.chains.chainOut;
-  }
-  get chainNat(): string {
-    return this.chains.chainNat;
-  }
-  get chainPkg(): string {
-    return this.chains.chainPkg;
-  }
   private get sourceRules(): SourceRules {
-    return new SourceRules(() => this.chains.iptables(), this.chainPkg);
+    return new SourceRules(() => this.chains.iptables(), this.chains.chainPkg);
   }
 
   /** The nftables table (family bridge) of the port guard (`portGuard.ts`). */
@@ -206,17 +188,17 @@ export class CniNetwork implements NetworkDriver {
    * exists: a rule read here whose bridge is then missing belongs to a released bridge.
    */
   private async syncBridgeRules(ipt: string): Promise<void> {
-    await this.chains.makeChain(ipt, 'filter', this.chainSrc);
-    const have = (await this.chains.chainRules(ipt, 'filter', this.chainSrc)) ?? [];
+    await this.chains.makeChain(ipt, 'filter', this.chains.chainSrc);
+    const have = (await this.chains.chainRules(ipt, 'filter', this.chains.chainSrc)) ?? [];
     const live = await this.liveBridges();
     const want = new Set(live.map((i) => this.bridgeRule(i).join(' ')));
     const kept = new Set<string>();
     for (const rule of have) {
       if (want.has(rule) && !kept.has(rule)) kept.add(rule);
-      else await run([ipt, '-w', '-t', 'filter', '-D', this.chainSrc, ...rule.split(' ')], { allowFailure: true });
+      else await run([ipt, '-w', '-t', 'filter', '-D', this.chains.chainSrc, ...rule.split(' ')], { allowFailure: true });
     }
     for (const i of live) {
-      if (!kept.has(this.bridgeRule(i).join(' '))) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...this.bridgeRule(i)]);
+      if (!kept.has(this.bridgeRule(i).join(' '))) await run([ipt, '-w', '-t', 'filter', '-A', this.chains.chainSrc, ...this.bridgeRule(i)]);
       await this.bridgeSysctls(i);
     }
   }
@@ -301,8 +283,8 @@ export class CniNetwork implements NetworkDriver {
     await this.bridgeSysctls(index);
     const ipt = await this.chains.iptables();
     const rule = this.bridgeRule(index);
-    const check = await run([ipt, '-w', '-t', 'filter', '-C', this.chainSrc, ...rule], { allowFailure: true });
-    if (check.exitCode !== 0) await run([ipt, '-w', '-t', 'filter', '-A', this.chainSrc, ...rule]);
+    const check = await run([ipt, '-w', '-t', 'filter', '-C', this.chains.chainSrc, ...rule], { allowFailure: true });
+    if (check.exitCode !== 0) await run([ipt, '-w', '-t', 'filter', '-A', this.chains.chainSrc, ...rule]);
     if (ifindex) this.guarded.set(index, ifindex);
   }
 
@@ -610,7 +592,7 @@ export class CniNetwork implements NetworkDriver {
       if (del.exitCode !== 0 && (await exists(`/sys/class/net/${name}`))) throw new CommandError(['ip', 'link', 'delete', name], del.exitCode, del.stdout, del.stderr);
       const ipt = await this.chains.iptables();
       for (let i = 0; i < 20; i++) {
-        const res = await run([ipt, '-w', '-t', 'filter', '-D', this.chainSrc, ...this.bridgeRule(net.index)], { allowFailure: true });
+        const res = await run([ipt, '-w', '-t', 'filter', '-D', this.chains.chainSrc, ...this.bridgeRule(net.index)], { allowFailure: true });
         if (res.exitCode !== 0) break;
       }
       await fs.promises.rm(path.join(this.ipamDir, this.networkName(net.index)), { recursive: true, force: true });
